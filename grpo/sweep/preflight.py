@@ -1,0 +1,73 @@
+"""Checks before anything runs: the base config, the search space's feasible points, per-trial problems.
+
+A spec whose every point breaks a config rule is refused up front (UserError, exit 2); single
+infeasible points are pruned at sampling time with the rule's message (see driver).
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from grpo.errors import UserError
+
+MAX_POINTS_CHECKED = 64
+
+
+def trial_problems(spec, cfg, backend, *, no_plan: bool) -> list[str]:
+    """Problems that keep one trial config from launching: the backend's and the memory planner's."""
+    problems = list(backend.check(cfg, spec))
+    if spec.backend == "mindspeed" and spec.plan.enabled and not no_plan:
+        from grpo.plan import estimate
+
+        est = estimate(cfg, spec.plan.device_memory_gb)
+        if not est.feasible:
+            problems.append(f"layout does not fit in {spec.plan.device_memory_gb:g} GB per NPU: {est.reason}")
+    return problems
+
+
+def sample_points(space, limit: int = MAX_POINTS_CHECKED) -> list[dict]:
+    """Up to ``limit`` points of the space: the whole grid when small, random points otherwise."""
+    grid = space.grid_points()
+    if grid is not None and len(grid) <= limit:
+        return grid
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    points = []
+    for _ in range(limit):
+        trial = study.ask()
+        points.append(space.suggest(trial))
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    return points
+
+
+def check_point(spec, space, backend, params: dict, *, no_plan: bool) -> list[str]:
+    from grpo.config import load_config
+
+    try:
+        cfg = load_config(spec.base, list(spec.overrides) + space.to_overrides(params))
+    except UserError as err:
+        return err.problems
+    return trial_problems(spec, cfg, backend, no_plan=no_plan)
+
+
+def preflight(spec, space, backend, *, no_plan: bool, check_all: bool = False) -> list[tuple[dict, list[str]]]:
+    """Raise UserError when the base config is broken or no checked point of the space is feasible.
+
+    Returns ``(params, problems)`` for the points checked, for ``validate`` to show. A run stops at the
+    first feasible point (``check_all=False``): the rest are checked as they are sampled.
+    """
+    from grpo.config import load_config
+
+    load_config(spec.base, list(spec.overrides))  # the base itself must be valid
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    checked = []
+    for params in sample_points(space):
+        checked.append((params, check_point(spec, space, backend, params, no_plan=no_plan)))
+        if not checked[-1][1] and not check_all:
+            break
+    if checked and all(problems for _, problems in checked):
+        first = sorted({line for _, problems in checked for line in problems})
+        raise UserError(
+            f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked); e.g. {first[0]}",
+            [f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked)"] + first[:10],
+        )
+    return checked

@@ -1,0 +1,220 @@
+"""Dispatching trials to Ray: admission by resources, a pool of reusable worker actors, polling.
+
+Each trial runs on a ``TrialWorker`` actor created with the Ray options its backend asks for
+(``{"num_cpus": 1}`` for a CPU trial, ``{"resources": {"NPU": 8}}`` for an NPU one). The actor holds
+those resources for as long as it lives, so Ray's own accounting keeps trials (and MindSpeed-RL's
+placement groups inside them) from fighting over devices. Idle actors are kept for the next trial of
+the same shape (no new worker process per trial) and killed when another shape needs their room.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from grpo.sweep.worker import TrialJob, TrialWorker
+
+
+def _shape(options: dict) -> tuple:
+    res = tuple(sorted((options.get("resources") or {}).items()))
+    return (float(options.get("num_cpus", 1)), float(options.get("num_gpus", 0)), res)
+
+
+def _demand(shape: tuple) -> dict[str, float]:
+    cpus, gpus, res = shape
+    need = {"CPU": cpus, "GPU": gpus, **dict(res)}
+    return {k: v for k, v in need.items() if v}
+
+
+@dataclass
+class _Slot:
+    actor: object
+    shape: tuple
+    ref: object = None
+    key: int | None = None
+    started: float = 0.0
+    stop_sent: float | None = None
+
+
+@dataclass
+class Finished:
+    key: int
+    result: dict | None
+    error: str | None = None  # the worker process died (killed, OOM-killed, node lost)
+
+
+@dataclass
+class RayScheduler:
+    """Runs trial jobs on a Ray cluster: ``local`` (started here), ``auto`` or ``ray://host:port``."""
+
+    address: str = "local"
+    num_cpus: int | None = None
+    resources: dict = field(default_factory=dict)
+    _busy: dict = field(default_factory=dict)
+    _idle: list = field(default_factory=list)
+    _started_ray: bool = False
+
+    def __post_init__(self):
+        import ray
+
+        if not ray.is_initialized():
+            env = {"env_vars": _worker_env()}
+            if self.address in (None, "", "local"):
+                ray.init(
+                    num_cpus=self.num_cpus or os.cpu_count(),
+                    resources=self.resources or None,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    runtime_env=env,
+                )
+            else:
+                ray.init(address=self.address, log_to_driver=False, configure_logging=False, runtime_env=env)
+            self._started_ray = True
+        self._actor_cls = ray.remote(max_concurrency=4)(TrialWorker)
+        self._total = {k: float(v) for k, v in ray.cluster_resources().items()}
+
+    # -- admission -------------------------------------------------------------------------------------
+    def _used(self) -> dict[str, float]:
+        used: dict[str, float] = {}
+        for slot in list(self._busy.values()) + self._idle:
+            for k, v in _demand(slot.shape).items():
+                used[k] = used.get(k, 0.0) + v
+        return used
+
+    def can_ever_fit(self, options: dict) -> bool:
+        return all(self._total.get(k, 0.0) >= v for k, v in _demand(_shape(options)).items())
+
+    def fits(self, options: dict) -> bool:
+        """True when a trial with these options can start now (an idle actor's room counts as free)."""
+        shape = _shape(options)
+        if any(slot.shape == shape for slot in self._idle):
+            return True
+        used = self._used()
+        for slot in self._idle:  # idle actors of other shapes can be evicted
+            for k, v in _demand(slot.shape).items():
+                used[k] -= v
+        return all(self._total.get(k, 0.0) - used.get(k, 0.0) >= v - 1e-9 for k, v in _demand(shape).items())
+
+    @property
+    def running(self) -> int:
+        return len(self._busy)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def submit(self, key: int, job: TrialJob, options: dict) -> None:
+        shape = _shape(options)
+        slot = next((s for s in self._idle if s.shape == shape), None)
+        if slot is not None:
+            self._idle.remove(slot)
+        else:
+            self._evict_for(shape)
+            ray_options = {k: v for k, v in options.items() if k in ("num_cpus", "num_gpus", "resources")}
+            slot = _Slot(actor=self._actor_cls.options(**ray_options).remote(), shape=shape)
+        slot.key, slot.started, slot.stop_sent = key, time.monotonic(), None
+        slot.ref = slot.actor.run.remote(job)
+        self._busy[key] = slot
+
+    def _evict_for(self, shape: tuple) -> None:
+        import ray
+
+        need = _demand(shape)
+        while self._idle:
+            used = self._used()
+            if all(self._total.get(k, 0.0) - used.get(k, 0.0) >= v - 1e-9 for k, v in need.items()):
+                return
+            ray.kill(self._idle.pop(0).actor)
+
+    def poll(self, timeout: float) -> tuple[list[Finished], dict[int, list]]:
+        """Wait up to ``timeout`` s; return finished trials and the metrics events of every busy trial."""
+        import ray
+
+        finished: list[Finished] = []
+        just_done: list[tuple[int, object]] = []
+        if self._busy:
+            refs = {slot.ref: key for key, slot in self._busy.items()}
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+            for ref in ready:
+                key = refs[ref]
+                slot = self._busy.pop(key)
+                try:
+                    result = ray.get(ref)
+                except Exception as err:  # RayActorError: the worker process is gone
+                    finished.append(Finished(key, None, error=_death_reason(err)))
+                    continue
+                finished.append(Finished(key, result))
+                just_done.append((key, slot.actor))
+                slot.key = None
+                self._idle.append(slot)
+        else:
+            time.sleep(timeout)
+        # Finished trials are drained too: events they queued after the previous poll.
+        events = self._drain([(k, s.actor) for k, s in self._busy.items()] + just_done)
+        return finished, events
+
+    def _drain(self, pairs) -> dict[int, list]:
+        import ray
+
+        pairs = [(k, a) for k, a in pairs if k is not None]
+        if not pairs:
+            return {}
+        refs = [a.drain.remote() for _, a in pairs]
+        out: dict[int, list] = {}
+        for (key, _), ref in zip(pairs, refs):
+            try:
+                out[key] = ray.get(ref, timeout=30)
+            except Exception:
+                out[key] = []
+        return out
+
+    def stop(self, key: int, reason: str) -> None:
+        slot = self._busy.get(key)
+        if slot is not None and slot.stop_sent is None:
+            slot.actor.stop.remote(reason)
+            slot.stop_sent = time.monotonic()
+
+    def stop_sent_at(self, key: int) -> float | None:
+        slot = self._busy.get(key)
+        return slot.stop_sent if slot else None
+
+    def started_at(self, key: int) -> float | None:
+        slot = self._busy.get(key)
+        return slot.started if slot else None
+
+    def kill(self, key: int) -> None:
+        """Kill a trial's worker now (timeout, second Ctrl-C); its ``poll`` result becomes a death."""
+        import ray
+
+        slot = self._busy.get(key)
+        if slot is not None:
+            ray.kill(slot.actor, no_restart=True)
+
+    def shutdown(self) -> None:
+        import ray
+
+        for slot in list(self._busy.values()) + self._idle:
+            try:
+                ray.kill(slot.actor, no_restart=True)
+            except Exception:
+                pass
+        self._busy.clear()
+        self._idle.clear()
+        if self._started_ray:
+            ray.shutdown()
+
+
+def _worker_env() -> dict[str, str]:
+    """Environment for Ray workers: what the driver can import, they can (user backends, tests)."""
+    paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]
+    env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    for key in ("GRPO_CACHE_DIR", "GRPO_CONFIG_DIR", "WANDB_MODE"):
+        if os.environ.get(key):
+            env[key] = os.environ[key]
+    return env
+
+
+def _death_reason(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    detail = next((line for line in text if "killed" in line.lower() or "died" in line.lower() or "exit" in line.lower()), text[0] if text else "")
+    return f"worker process died ({type(err).__name__}): {detail[:300]}"
