@@ -9,6 +9,7 @@ worker process), once per trial dir, so its retry succeeds.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -37,7 +38,10 @@ class CurveBackend(TrialBackend):
         for it in range(start, iters + 1):
             if self.delay_s:
                 time.sleep(self.delay_s)
-            if report(it, {"grpo/score/mean": _curve_value(cfg, it), "e2e_tps": 100.0}):
+            metrics = {"grpo/score/mean": _curve_value(cfg, it), "e2e_tps": 100.0}
+            with open(trial_dir / "metrics.jsonl", "a") as fh:  # the run's own record, as the engine keeps
+                fh.write(json.dumps({"iteration": it, **metrics}) + "\n")
+            if report(it, metrics):
                 return {"stopped_early": True}
             if save is not None and it % int(cfg.megatron_training.save_interval) == 0:
                 save.mkdir(parents=True, exist_ok=True)

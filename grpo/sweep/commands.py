@@ -183,7 +183,14 @@ def validate_spec(args) -> int:
     spec = load_spec(args.target)
     space = SearchSpace.from_spec(spec)
     backend = load_backend(spec.backend)
-    checked = preflight(spec, space, backend, no_plan=False, check_all=True)
+    try:
+        checked = preflight(spec, space, backend, no_plan=False, check_all=True)
+    except UserError:
+        if "layout" in space.distributions():  # still show, layout by layout, why each is refused
+            from grpo.plan import layout_table
+
+            Console().print(layout_table(spec))
+        raise
     console = Console()
     console.print(f"[bold]{spec.study}[/bold]: base {spec.base}, backend {spec.backend}, {spec.trials} trials, "
                   f"concurrency {spec.concurrency}, seeds {spec.seeds}, storage {spec.storage_url()}")

@@ -113,6 +113,7 @@ class _Driver:
         self.live: dict[int, _Live] = {}
         self.pending: _Live | None = None  # asked, but waiting for room on the cluster
         self.multi = len(spec.objectives) > 1
+        self._base_cfg = None
         from grpo.sweep.objectives import get_reducer
 
         self.reducers = [get_reducer(o.reduce, getattr(o, "k", None)) for o in spec.objectives]
@@ -251,9 +252,12 @@ class _Driver:
         from grpo.sweep.preflight import trial_problems
 
         spec = self.spec
-        overrides = list(spec.overrides) + self.space.to_overrides(params)
+        param_overrides = self.space.to_overrides(params)
+        overrides = list(spec.overrides) + param_overrides
         resume_from = trial.user_attrs.get("resume_from")
-        base_cfg = load_config(spec.base, overrides)
+        if self._base_cfg is None:  # compose with Hydra once; per-trial values are applied on top
+            self._base_cfg = load_config(spec.base, list(spec.overrides))
+        base_cfg = self._base_cfg.with_overrides(param_overrides)
         base_seed = int(base_cfg.megatron_training.seed)
         runs, resumed = [], False
         for k in range(spec.seeds):
@@ -266,7 +270,7 @@ class _Driver:
                     extra += [f"actor_config.load={old_ckpt}", "actor_config.finetune=false",
                               "actor_config.no_load_optim=false", "actor_config.no_load_rng=false"]
                     resumed = True
-            cfg = load_config(spec.base, overrides + extra)
+            cfg = base_cfg.with_overrides(extra)
             runs.append(SeedRun(seed=base_seed + k, cfg=cfg, run_dir=str(run_dir)))
         problems = trial_problems(spec, runs[0].cfg, self.backend, no_plan=self.no_plan)
         if problems:
@@ -289,7 +293,9 @@ class _Driver:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         env = {"GRPO_SWEEP_RAY_ADDRESS": str(self.spec.cluster.address)}
-        return TrialJob(number=trial.number, backend=spec.backend, runs=runs, resume=resumed, env=env), options
+        job = TrialJob(number=trial.number, backend=spec.backend, runs=runs, resume=resumed, env=env,
+                       driver={"host": self.me["host"], "pid": self.me["pid"]})
+        return job, options
 
     def _adopt_history(self, live: _Live) -> None:
         """A retried trial starts with the curve its predecessor persisted up to its checkpoint."""
@@ -297,17 +303,20 @@ class _Driver:
         if not resume_from or not live.job.resume:
             return
         start_at = {}
-        for run in live.job.runs:
+        for k, run in enumerate(live.job.runs):
             start_at[run.seed] = _checkpoint_iteration(Path(run.cfg.actor_config.load)) or 0
-        old = Path(resume_from) / "metrics.jsonl"
-        kept = []
-        for row in _read_jsonl(old):
-            seed = row.get("seed")
-            if seed in start_at and row.get("iteration", 0) <= start_at[seed]:
-                kept.append(row)
-        for row in kept:
-            metrics = {k: v for k, v in row.items() if k not in ("iteration", "seed")}
-            self._record(live, row["seed"], row["iteration"], metrics, persist=True)
+        # What the old driver persisted, completed from the old runs' own metrics files: iterations the
+        # worker finished (and checkpointed) but whose metrics never reached the dead driver.
+        rows: dict[tuple[int, int], dict] = {}
+        for row in _read_jsonl(Path(resume_from) / "metrics.jsonl"):
+            rows[(row.get("seed"), row.get("iteration", 0))] = row
+        for k, run in enumerate(live.job.runs):
+            for row in _read_jsonl(Path(resume_from) / "runs" / f"seed{k}" / "metrics.jsonl"):
+                rows.setdefault((run.seed, row.get("iteration", 0)), {**row, "seed": run.seed})
+        for (seed, iteration), row in sorted(rows.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            if seed in start_at and 0 < iteration <= start_at[seed]:
+                metrics = {k: v for k, v in row.items() if k not in ("iteration", "seed")}
+                self._record(live, seed, iteration, metrics, persist=True)
         live.trial.set_user_attr("resumed_at_iteration", {str(k): v for k, v in start_at.items()})
 
     def _submit(self, live: _Live) -> None:

@@ -39,11 +39,9 @@ def sample_points(space, limit: int = MAX_POINTS_CHECKED) -> list[dict]:
     return points
 
 
-def check_point(spec, space, backend, params: dict, *, no_plan: bool) -> list[str]:
-    from grpo.config import load_config
-
+def check_point(base_cfg, spec, space, backend, params: dict, *, no_plan: bool) -> list[str]:
     try:
-        cfg = load_config(spec.base, list(spec.overrides) + space.to_overrides(params))
+        cfg = base_cfg.with_overrides(space.to_overrides(params))
     except UserError as err:
         return err.problems
     return trial_problems(spec, cfg, backend, no_plan=no_plan)
@@ -57,11 +55,11 @@ def preflight(spec, space, backend, *, no_plan: bool, check_all: bool = False) -
     """
     from grpo.config import load_config
 
-    load_config(spec.base, list(spec.overrides))  # the base itself must be valid
+    base_cfg = load_config(spec.base, list(spec.overrides))  # the base itself must be valid
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     checked = []
     for params in sample_points(space):
-        checked.append((params, check_point(spec, space, backend, params, no_plan=no_plan)))
+        checked.append((params, check_point(base_cfg, spec, space, backend, params, no_plan=no_plan)))
         if not checked[-1][1] and not check_all:
             break
     if checked and all(problems for _, problems in checked):

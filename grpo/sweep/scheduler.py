@@ -63,6 +63,7 @@ class RayScheduler:
             env = {"env_vars": _worker_env()}
             if self.address in (None, "", "local"):
                 ray.init(
+                    address="local",  # always a new local cluster, never a stale one found on disk
                     num_cpus=self.num_cpus or os.cpu_count(),
                     resources=self.resources or None,
                     include_dashboard=False,

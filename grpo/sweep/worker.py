@@ -31,6 +31,7 @@ class TrialJob:
     runs: list[SeedRun]
     resume: bool = False
     env: dict = field(default_factory=dict)
+    driver: dict = field(default_factory=dict)  # {host, pid} of the driver that owns the trial
 
 
 class TrialWorker:
@@ -68,6 +69,9 @@ class TrialWorker:
                 def report(iteration: int, metrics: dict, _seed=seed_run.seed) -> bool:
                     with self._lock:
                         self._events.append((_seed, int(iteration), dict(metrics)))
+                        if self._stop_reason is None and not _driver_alive(job.driver):
+                            # An orphan must not move the checkpoint past what the dead driver persisted.
+                            self._stop_reason = "driver died"
                         return self._stop_reason is not None
 
                 summary = backend.run(seed_run.cfg, Path(seed_run.run_dir), report, job.resume)
@@ -83,6 +87,20 @@ class TrialWorker:
             result.update(status="failed", reason=f"{type(err).__name__}: {err}", last_log_lines=lines)
         result["cpu_s"] = time.process_time() - started
         return result
+
+
+def _driver_alive(driver: dict) -> bool:
+    """False once the owning driver's process is gone (checked on its own host; elsewhere Ray's
+    owner fate-sharing kills the actor)."""
+    if not driver or driver.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(driver["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, KeyError):
+        return True
+    return True
 
 
 def _placement() -> dict:

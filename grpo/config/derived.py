@@ -1,0 +1,65 @@
+"""Values that follow from a config: parallel sizes, batch arithmetic, token budget. Computed here only.
+
+MindSpeed-RL counts ``global_batch_size`` and ``mini_batch_size`` in prompts and multiplies
+``mini_batch_size`` by ``n_samples_per_prompt`` internally, so one optimizer step consumes
+``mini_batch_size * n_samples_per_prompt`` responses, split over the train data-parallel ranks and
+then into micro batches of ``micro_batch_size`` responses. Integer division is used throughout;
+``rules.py`` makes sure every division here is exact before anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from grpo.config.schema import GRPOConfig
+
+
+@dataclass(frozen=True)
+class Derived:
+    """The derived layout and batch figures of one config (see the module docstring)."""
+
+    num_npus: int
+    train_tp: int
+    train_pp: int
+    train_dp: int  # num_npus / (TP * PP)
+    infer_tp: int
+    generation_dp: int  # num_npus / (infer TP * infer PP): vLLM replicas
+    rollouts_per_iteration: int  # global_batch_size * n_samples_per_prompt
+    mini_batch_responses: int  # mini_batch_size * n_samples_per_prompt (MindSpeed's internal rescale)
+    optimizer_steps_per_iteration: int  # epochs * global_batch_size / mini_batch_size
+    micro_batches_per_step: int  # per train DP rank: mini_batch_responses / DP / micro_batch_size
+    prompts_per_generation_replica: int  # global_batch_size / generation DP
+    tokens_per_iteration_max: int  # rollouts * (max_prompt_length + max_tokens)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _div(a: int, b: int) -> int:
+    return a // b if b else 0
+
+
+def derive(cfg: GRPOConfig) -> Derived:
+    """Compute the derived values of ``cfg`` (exact when ``check_rules(cfg)`` is empty)."""
+    actor, rl, gen = cfg.actor_config, cfg.rl_config, cfg.generate_config
+    num_npus = rl.actor_resource.num_npus
+    tp, pp = actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size
+    train_dp = _div(num_npus, tp * pp)
+    generation_dp = _div(num_npus, gen.infer_tensor_parallel_size * gen.infer_pipeline_parallel_size)
+    gbs, n = cfg.megatron_training.global_batch_size, rl.n_samples_per_prompt
+    rollouts = gbs * n
+    mini_responses = rl.mini_batch_size * n
+    return Derived(
+        num_npus=num_npus,
+        train_tp=tp,
+        train_pp=pp,
+        train_dp=train_dp,
+        infer_tp=gen.infer_tensor_parallel_size,
+        generation_dp=generation_dp,
+        rollouts_per_iteration=rollouts,
+        mini_batch_responses=mini_responses,
+        optimizer_steps_per_iteration=rl.epochs * _div(gbs, rl.mini_batch_size),
+        micro_batches_per_step=_div(_div(mini_responses, train_dp), actor.micro_batch_size),
+        prompts_per_generation_replica=_div(gbs, generation_dp),
+        tokens_per_iteration_max=rollouts * (rl.max_prompt_length + gen.sampling_config.max_tokens),
+    )

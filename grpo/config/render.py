@@ -1,0 +1,54 @@
+"""Render a config as the YAML files MindSpeed-RL's ``cli/train_grpo.py`` reads.
+
+Two files, as MindSpeed-RL lays them out: the trainer YAML (``configs/grpo_trainer_*.yaml``: a
+defaults list naming the model, then megatron_training, actor_config, rl_config, generate_config)
+and one ``configs/model/<name>.yaml`` per model, which MindSpeed-RL's Hydra loads itself, so the
+architecture is not inlined into the trainer YAML. grpo-sweep's own ``engine`` section and the
+``layout`` marker are dropped (the layout's values are already in the sections).
+
+Keys whose value is null are left out: in the schema a null always means "not set, MindSpeed-RL's
+default applies" (every optional field defaults to None), so leaving them out loses nothing and
+keeps the YAML acceptable to MindSpeed-RL versions that do not know the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from grpo.config.schema import GRPOConfig
+
+MINDSPEED_SECTIONS = ("megatron_training", "actor_config", "rl_config", "generate_config")
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block-style YAML with lists indented under their key, like MindSpeed-RL's own files."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> Any:
+        return super().increase_indent(flow, False)
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def mindspeed_dict(cfg: GRPOConfig) -> dict[str, Any]:
+    """The trainer YAML as a dict: defaults list + the four MindSpeed-RL sections, nulls left out."""
+    data: dict[str, Any] = {"defaults": [{"model": list(cfg.model)}, "_self_"]}
+    for section in MINDSPEED_SECTIONS:
+        data[section] = getattr(cfg, section).model_dump(mode="json", exclude_none=True)
+    return data
+
+
+def render_mindspeed(cfg: GRPOConfig) -> str:
+    """The grpo_trainer YAML text MindSpeed-RL accepts for ``cfg`` (model files: render_mindspeed_model)."""
+    header = f"# Rendered by grpo-sweep from {cfg._source}" + (f" (layout {cfg.layout})" if cfg.layout else "")
+    return header + "\n" + _dump(mindspeed_dict(cfg))
+
+
+def render_mindspeed_model(cfg: GRPOConfig, name: str | None = None) -> tuple[str, str]:
+    """``(name, yaml_text)`` of ``configs/model/<name>.yaml`` for one model (default: the actor's)."""
+    name = name or cfg.actor_config.model
+    arch = cfg.model[name] if name in cfg.model else cfg.model_arch  # model_arch raises the UserError
+    return name, _dump({name: arch.model_dump(mode="json", exclude_none=True)})

@@ -1,0 +1,324 @@
+"""Cross-field rules: checked on every composed config before anything runs.
+
+Each rule is a small function of the config that returns ``None`` when the config obeys it, or one
+message naming the keys and values involved. ``check_rules`` runs them all and returns every
+message. Rules on a single field (0 <= clip_ratio <= 1, temperature > 0, 0 < top_p <= 1,
+top_k == -1 or >= 1, 0 <= min_p < 1, 0 < gpu_memory_utilization <= 1, ...) are field constraints in
+``schema.py`` and report as ``rl_config.clip_ratio: must be <= 1 (got 1.5)``.
+
+Batch arithmetic follows MindSpeed-RL: ``global_batch_size`` and ``mini_batch_size`` count prompts,
+and MindSpeed-RL multiplies ``mini_batch_size`` by ``n_samples_per_prompt`` internally, so an
+optimizer step consumes ``mini_batch_size * n_samples_per_prompt`` responses.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from grpo.config.schema import GRPOConfig, ModelConfig
+
+Rule = Callable[[GRPOConfig], "str | None"]
+
+TP = "actor_config.tensor_model_parallel_size"
+PP = "actor_config.pipeline_model_parallel_size"
+NPUS = "rl_config.actor_resource.num_npus"
+GBS = "megatron_training.global_batch_size"
+MBS = "actor_config.micro_batch_size"
+N = "rl_config.n_samples_per_prompt"
+ITP = "generate_config.infer_tensor_parallel_size"
+
+
+def _sizes(cfg: GRPOConfig) -> tuple[int, int, int, int, int]:
+    a = cfg.actor_config
+    npus = cfg.rl_config.actor_resource.num_npus
+    tp, pp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
+    return npus, tp, pp, npus // (tp * pp), cfg.generate_config.infer_tensor_parallel_size
+
+
+def _arch(cfg: GRPOConfig) -> ModelConfig | None:
+    return cfg.model.get(cfg.actor_config.model)
+
+
+def _layout_ok(cfg: GRPOConfig) -> bool:
+    npus, tp, pp, _, _ = _sizes(cfg)
+    return npus % (tp * pp) == 0
+
+
+# ------------------------------------------------------------------------------------ model choice
+def model_is_loaded(cfg: GRPOConfig) -> str | None:
+    """megatron_training.model and actor_config.model name a model the defaults list loads."""
+    loaded = ", ".join(sorted(cfg.model)) or "none"
+    for key, name in (("megatron_training.model", cfg.megatron_training.model),
+                      ("actor_config.model", cfg.actor_config.model)):
+        if name not in cfg.model:
+            return f"{key}: model '{name}' is not loaded by the defaults list (loaded: {loaded})"
+    return None
+
+
+# ---------------------------------------------------------------------------------- train layout
+def npus_divisible_by_train_tp_pp(cfg: GRPOConfig) -> str | None:
+    """num_npus % (TP * PP) == 0: the train data-parallel size DP = num_npus / (TP * PP) is whole."""
+    npus, tp, pp, _, _ = _sizes(cfg)
+    if npus % (tp * pp):
+        return (f"{NPUS}={npus} is not divisible by {TP}*{PP}={tp}*{pp}={tp * pp} "
+                f"(train DP = num_npus / (TP*PP) must be a whole number)")
+    return None
+
+
+def global_batch_divisible_by_train_dp(cfg: GRPOConfig) -> str | None:
+    """global_batch_size % DP == 0: every train data-parallel rank gets the same number of prompts."""
+    if not _layout_ok(cfg):
+        return None
+    _, tp, pp, dp, _ = _sizes(cfg)
+    gbs = cfg.megatron_training.global_batch_size
+    if gbs % dp:
+        return f"{GBS}={gbs} is not divisible by train DP={dp} (num_npus / (TP*PP))"
+    return None
+
+
+def dp_share_divisible_by_micro_batch(cfg: GRPOConfig) -> str | None:
+    """(global_batch_size / DP * n_samples_per_prompt) % micro_batch_size == 0 (MindSpeed-RL's check)."""
+    if not _layout_ok(cfg):
+        return None
+    _, _, _, dp, _ = _sizes(cfg)
+    gbs, n = cfg.megatron_training.global_batch_size, cfg.rl_config.n_samples_per_prompt
+    mbs = cfg.actor_config.micro_batch_size
+    if gbs % dp == 0 and (gbs // dp * n) % mbs:
+        return (f"{GBS}/DP*{N} = {gbs}/{dp}*{n} = {gbs // dp * n} responses per rank "
+                f"is not divisible by {MBS}={mbs}")
+    return None
+
+
+def heads_divisible_by_tp(cfg: GRPOConfig) -> str | None:
+    """num_attention_heads % TP == 0: attention heads split evenly across tensor-parallel ranks."""
+    arch = _arch(cfg)
+    tp = cfg.actor_config.tensor_model_parallel_size
+    if arch and arch.num_attention_heads % tp:
+        return (f"model.{cfg.actor_config.model}.num_attention_heads={arch.num_attention_heads} "
+                f"is not divisible by {TP}={tp}")
+    return None
+
+
+def query_groups_divisible_by_tp(cfg: GRPOConfig) -> str | None:
+    """num_query_groups % TP == 0: key/value heads split evenly across tensor-parallel ranks."""
+    arch = _arch(cfg)
+    tp = cfg.actor_config.tensor_model_parallel_size
+    if arch and arch.num_attention_heads % tp:
+        return None  # groups divide heads: heads_divisible_by_tp already names the cause
+    if arch and arch.effective_query_groups % tp:
+        return (f"model.{cfg.actor_config.model}.num_query_groups={arch.effective_query_groups} "
+                f"is not divisible by {TP}={tp}")
+    return None
+
+
+def layers_divisible_by_pp(cfg: GRPOConfig) -> str | None:
+    """num_layers % PP == 0: every pipeline stage holds the same number of layers."""
+    arch = _arch(cfg)
+    pp = cfg.actor_config.pipeline_model_parallel_size
+    if arch and arch.num_layers % pp:
+        return f"model.{cfg.actor_config.model}.num_layers={arch.num_layers} is not divisible by {PP}={pp}"
+    return None
+
+
+def vocab_divisible_by_tp(cfg: GRPOConfig) -> str | None:
+    """padded_vocab_size % TP == 0: the vocabulary-parallel embedding splits evenly."""
+    arch = _arch(cfg)
+    tp = cfg.actor_config.tensor_model_parallel_size
+    if arch and arch.padded_vocab_size % tp:
+        return (f"model.{cfg.actor_config.model}.padded_vocab_size={arch.padded_vocab_size} "
+                f"is not divisible by {TP}={tp}")
+    return None
+
+
+# ------------------------------------------------------------------------------ rollout layout
+def infer_pp_is_one(cfg: GRPOConfig) -> str | None:
+    """generate_config.infer_pipeline_parallel_size must be 1 (vLLM pipeline parallel is unsupported)."""
+    ipp = cfg.generate_config.infer_pipeline_parallel_size
+    if ipp != 1:
+        return f"generate_config.infer_pipeline_parallel_size={ipp}: only 1 is supported (no rollout pipeline parallel)"
+    return None
+
+
+def train_and_infer_tp_are_multiples(cfg: GRPOConfig) -> str | None:
+    """Train TP and infer TP must be multiples of one another (weights reshard between them)."""
+    _, tp, _, _, itp = _sizes(cfg)
+    if max(tp, itp) % min(tp, itp):
+        return f"{TP}={tp} and {ITP}={itp} must be multiples of one another (weight resharding)"
+    return None
+
+
+def infer_tp_fits_train_devices(cfg: GRPOConfig) -> str | None:
+    """DP * TP >= infer TP: one rollout replica fits in the devices of one pipeline stage."""
+    if not _layout_ok(cfg):
+        return None
+    _, tp, _, dp, itp = _sizes(cfg)
+    if dp * tp < itp:
+        return f"train DP*TP = {dp}*{tp} = {dp * tp} is smaller than {ITP}={itp}"
+    return None
+
+
+def npus_divisible_by_infer_tp(cfg: GRPOConfig) -> str | None:
+    """num_npus % infer TP == 0: the generation data-parallel size num_npus / infer TP is whole."""
+    npus, _, _, _, itp = _sizes(cfg)
+    if npus % itp:
+        return f"{NPUS}={npus} is not divisible by {ITP}={itp} (generation DP must be a whole number)"
+    return None
+
+
+def global_batch_divisible_by_generation_dp(cfg: GRPOConfig) -> str | None:
+    """generation DP = num_npus / infer TP divides global_batch_size: every replica gets whole prompts."""
+    npus, _, _, _, itp = _sizes(cfg)
+    if npus % itp:
+        return None
+    gdp = npus // itp
+    gbs = cfg.megatron_training.global_batch_size
+    if gbs % gdp:
+        return f"{GBS}={gbs} is not divisible by generation DP = {NPUS}/{ITP} = {npus}/{itp} = {gdp}"
+    return None
+
+
+# ----------------------------------------------------------------------------------- mini batches
+def mini_batch_divides_global_batch(cfg: GRPOConfig) -> str | None:
+    """global_batch_size % mini_batch_size == 0 (both in prompts): whole optimizer steps per iteration."""
+    gbs, mini = cfg.megatron_training.global_batch_size, cfg.rl_config.mini_batch_size
+    if gbs % mini:
+        return f"{GBS}={gbs} is not divisible by rl_config.mini_batch_size={mini} (both count prompts)"
+    return None
+
+
+def mini_batch_divisible_by_dp_micro_batches(cfg: GRPOConfig) -> str | None:
+    """mini_batch_size * n_samples_per_prompt % (DP * micro_batch_size) == 0: whole micro batches per step."""
+    if not _layout_ok(cfg) or dp_share_divisible_by_micro_batch(cfg) or global_batch_divisible_by_train_dp(cfg):
+        return None  # the coarser batch rule already names the cause
+    _, _, _, dp, _ = _sizes(cfg)
+    mini, n = cfg.rl_config.mini_batch_size, cfg.rl_config.n_samples_per_prompt
+    mbs = cfg.actor_config.micro_batch_size
+    if (mini * n) % (dp * mbs):
+        return (f"rl_config.mini_batch_size*{N} = {mini}*{n} = {mini * n} responses per optimizer step "
+                f"is not divisible by train DP*{MBS} = {dp}*{mbs} = {dp * mbs}")
+    return None
+
+
+# ----------------------------------------------------------------------------------- algorithm
+def verifier_lengths_match(cfg: GRPOConfig) -> str | None:
+    """len(verifier_function) == len(verifier_weight): one weight per rule reward."""
+    fns, weights = cfg.rl_config.verifier_function, cfg.rl_config.verifier_weight
+    if len(fns) != len(weights):
+        return (f"rl_config.verifier_function has {len(fns)} entries {list(fns)} but "
+                f"rl_config.verifier_weight has {len(weights)} {list(weights)}")
+    return None
+
+
+def group_norm_needs_two_samples(cfg: GRPOConfig) -> str | None:
+    """adv_estimator=group_norm needs n_samples_per_prompt >= 2 (a group of one has no spread)."""
+    rl = cfg.rl_config
+    if rl.adv_estimator == "group_norm" and rl.n_samples_per_prompt < 2:
+        return f"{N}={rl.n_samples_per_prompt} must be >= 2 with rl_config.adv_estimator=group_norm"
+    return None
+
+
+def wandb_needs_project(cfg: GRPOConfig) -> str | None:
+    """use_wandb needs a wandb_project name (MindSpeed-RL requires it)."""
+    rl = cfg.rl_config
+    if rl.use_wandb and not rl.wandb_project:
+        return "rl_config.use_wandb=true needs rl_config.wandb_project (got '')"
+    return None
+
+
+def min_lr_not_above_lr(cfg: GRPOConfig) -> str | None:
+    """min_lr <= lr: the schedule decays towards min_lr."""
+    a = cfg.actor_config
+    if a.min_lr > a.lr:
+        return f"actor_config.min_lr={a.min_lr} is larger than actor_config.lr={a.lr}"
+    return None
+
+
+def recompute_method_needs_full(cfg: GRPOConfig) -> str | None:
+    """recompute_method / recompute_num_layers only apply with recompute_granularity=full."""
+    m = cfg.megatron_training
+    if m.recompute_method is not None and m.recompute_granularity != "full":
+        return (f"megatron_training.recompute_method={m.recompute_method} needs "
+                f"megatron_training.recompute_granularity=full (got {m.recompute_granularity})")
+    if m.recompute_granularity == "full" and (m.recompute_method is None or m.recompute_num_layers is None):
+        return ("megatron_training.recompute_granularity=full needs megatron_training.recompute_method and "
+                f"megatron_training.recompute_num_layers (got {m.recompute_method}, {m.recompute_num_layers})")
+    return None
+
+
+# ---------------------------------------------------------------------------------- lengths
+def max_model_len_fits_prompt_and_response(cfg: GRPOConfig) -> str | None:
+    """max_model_len >= max_prompt_length + max_tokens: the longest prompt plus response fits vLLM."""
+    gen, rl = cfg.generate_config, cfg.rl_config
+    need = rl.max_prompt_length + gen.sampling_config.max_tokens
+    if gen.max_model_len < need:
+        return (f"generate_config.max_model_len={gen.max_model_len} is smaller than rl_config.max_prompt_length"
+                f" + generate_config.sampling_config.max_tokens = {rl.max_prompt_length} + "
+                f"{gen.sampling_config.max_tokens} = {need}")
+    return None
+
+
+def max_model_len_fits_seq_length(cfg: GRPOConfig) -> str | None:
+    """max_model_len >= seq_length (MindSpeed-RL's check): training sequences fit the rollout engine."""
+    gen, m = cfg.generate_config, cfg.megatron_training
+    if gen.max_model_len < m.seq_length:
+        return (f"generate_config.max_model_len={gen.max_model_len} is smaller than "
+                f"megatron_training.seq_length={m.seq_length}")
+    return None
+
+
+def positions_fit_max_model_len(cfg: GRPOConfig) -> str | None:
+    """max_position_embeddings >= max_model_len: the model can encode every position it is given."""
+    arch = _arch(cfg)
+    max_len = cfg.generate_config.max_model_len
+    if arch and arch.max_position_embeddings < max_len:
+        return (f"model.{cfg.actor_config.model}.max_position_embeddings={arch.max_position_embeddings} "
+                f"is smaller than generate_config.max_model_len={max_len}")
+    return None
+
+
+def heads_divide_hidden_and_groups(cfg: GRPOConfig) -> str | None:
+    """hidden_size % num_attention_heads == 0 and num_attention_heads % num_query_groups == 0."""
+    arch = _arch(cfg)
+    if arch is None:
+        return None
+    name = cfg.actor_config.model
+    if arch.hidden_size % arch.num_attention_heads:
+        return (f"model.{name}.hidden_size={arch.hidden_size} is not divisible by "
+                f"model.{name}.num_attention_heads={arch.num_attention_heads}")
+    if arch.num_attention_heads % arch.effective_query_groups:
+        return (f"model.{name}.num_attention_heads={arch.num_attention_heads} is not divisible by "
+                f"model.{name}.num_query_groups={arch.effective_query_groups}")
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    model_is_loaded,
+    npus_divisible_by_train_tp_pp,
+    global_batch_divisible_by_train_dp,
+    dp_share_divisible_by_micro_batch,
+    heads_divisible_by_tp,
+    query_groups_divisible_by_tp,
+    layers_divisible_by_pp,
+    vocab_divisible_by_tp,
+    infer_pp_is_one,
+    train_and_infer_tp_are_multiples,
+    infer_tp_fits_train_devices,
+    npus_divisible_by_infer_tp,
+    global_batch_divisible_by_generation_dp,
+    mini_batch_divides_global_batch,
+    mini_batch_divisible_by_dp_micro_batches,
+    verifier_lengths_match,
+    group_norm_needs_two_samples,
+    wandb_needs_project,
+    min_lr_not_above_lr,
+    recompute_method_needs_full,
+    max_model_len_fits_prompt_and_response,
+    max_model_len_fits_seq_length,
+    positions_fit_max_model_len,
+    heads_divide_hidden_and_groups,
+)
+
+
+def check_rules(cfg: GRPOConfig) -> list[str]:
+    """Every cross-field rule ``cfg`` breaks, one message each (empty list = feasible)."""
+    return [msg for rule in RULES if (msg := rule(cfg)) is not None]

@@ -1,0 +1,71 @@
+"""``grpo-sweep validate CONFIG [OVERRIDE ...]``: print the resolved config and its derived layout.
+
+Exit 0 after printing; every user mistake propagates as a UserError, which the CLI prints as one
+``error:`` line per problem with exit code 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from grpo.config.compose import load_config
+from grpo.config.derived import Derived, derive
+from grpo.config.schema import GRPOConfig
+from grpo.errors import UserError
+
+# How each derived value is computed, shown next to it.
+_HOW = {
+    "num_npus": "rl_config.actor_resource.num_npus",
+    "train_tp": "actor_config TP",
+    "train_pp": "actor_config PP",
+    "train_dp": "num_npus / (TP * PP)",
+    "infer_tp": "generate_config infer TP",
+    "generation_dp": "num_npus / infer TP",
+    "rollouts_per_iteration": "global_batch * n_samples",
+    "mini_batch_responses": "mini_batch * n_samples",
+    "optimizer_steps_per_iteration": "epochs * global_batch / mini_batch",
+    "micro_batches_per_step": "mini_batch_responses / DP / micro",
+    "prompts_per_generation_replica": "global_batch / generation DP",
+    "tokens_per_iteration_max": "rollouts * (prompt + response)",
+}
+
+
+def select_section(cfg: GRPOConfig, section: str) -> Any:
+    """The value at a dotted section path (``rl_config``, ``generate_config.sampling_config``)."""
+    node: Any = cfg.to_dict()
+    walked: list[str] = []
+    for part in section.split("."):
+        if not isinstance(node, dict) or part not in node:
+            options = ", ".join(node) if isinstance(node, dict) else "none"
+            where = ".".join(walked) or "the config"
+            raise UserError(f"--section {section}: no section '{part}' in {where} (available: {options})")
+        node = node[part]
+        walked.append(part)
+    return node
+
+
+def layout_table(cfg: GRPOConfig, derived: Derived) -> Table:
+    title = f"derived layout: {cfg.layout or 'no named layout'}, model {cfg.actor_config.model}"
+    table = Table(title=title)
+    table.add_column("derived")
+    table.add_column("value", justify="right")
+    table.add_column("from")
+    for name, value in derived.as_dict().items():
+        table.add_row(name, str(value), _HOW[name])
+    return table
+
+
+def cli_validate(target: str, overrides: Sequence[str] = (), section: str | None = None) -> int:
+    """Load, check and print ``target`` (with ``overrides``); 0 when it is valid."""
+    cfg = load_config(target, overrides=list(overrides))
+    data = select_section(cfg, section) if section else cfg.to_dict()
+    text = yaml.safe_dump(data, sort_keys=False).removesuffix("...\n")
+    console = Console(soft_wrap=True)
+    console.print(f"# {cfg._source}: valid" + (f" ({section})" if section else ""), highlight=False)
+    console.out(text, highlight=False)
+    console.print(layout_table(cfg, derive(cfg)))
+    return 0

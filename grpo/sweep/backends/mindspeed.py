@@ -1,0 +1,520 @@
+"""The mindspeed backend: one trial is one run of MindSpeed-RL's GRPO entry point, as a subprocess.
+
+The trial's config is rendered as MindSpeed-RL YAML into ``<run dir>/mindspeed_config/`` (the trainer
+file plus ``model/<name>.yaml``, the layout MindSpeed's Hydra expects) and launched as
+``<python> cli/train_grpo.py --config-dir <that dir> --config-name grpo_trainer`` from the MindSpeed-RL
+checkout (``mindspeed.path`` in the sweep spec). Its console goes line by line into
+``<run dir>/train.log``; iteration lines become the trial's metrics (``report`` once per iteration, and
+``<run dir>/metrics.jsonl``). The process runs in its own session, so pruning and failures signal its
+whole process group: SIGTERM, then SIGKILL after ``kill_grace`` seconds. A run that prints nothing for
+``stall_timeout`` seconds, exits non-zero, or logs an out-of-memory / HCCL / Ray failure ends as
+``TrialFailed`` with the reason and the last log lines.
+
+NPUs: MindSpeed-RL's driver joins the study's Ray cluster (``RAY_ADDRESS``) and reserves its NPUs with
+its own placement groups. The trial's Ray worker therefore does not hold ``NPU`` itself (that would
+count every NPU twice); it holds ``npu_slots``, a logical resource the cluster declares once per NPU,
+so Ray admits a trial only when its NPUs are free and keeps them counted until the subprocess ends.
+docs/npu.md explains the design. This module never runs ``pkill`` or ``ray stop``.
+
+Example (outside Ray, as the tests do)::
+
+    settings = MindSpeedSettings(path=Path("~/MindSpeed-RL"), checkpoints={"pattern": "/ckpt/qwen_tp{tp}_pp{pp}"})
+    MindSpeedBackend(settings).run(cfg, Path("studies/s/trials/0/runs/seed0"), report=lambda i, m: False, resume=False)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpo.sweep.backends._base import ReportFn, TrialBackend, TrialFailed
+from grpo.sweep.backends.mindspeed_log import classify_failure, clean_line, finite, parse_metrics_line
+
+ADMISSION_RESOURCE = "npu_slots"  # logical Ray resource, one per NPU (see the module docstring)
+SETTINGS_ENV = "GRPO_SWEEP_MINDSPEED"  # the spec's mindspeed section as JSON, set by the driver
+ADDRESS_ENV = "GRPO_SWEEP_RAY_ADDRESS"  # the study's cluster address, set by the driver
+CONFIG_DIR = "mindspeed_config"
+CONFIG_NAME = "grpo_trainer"
+LAUNCH_RECORD = "launch.json"
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's checkpoint tracker file
+# Ray's internal per-process flags (ray_constants.RAY_INTERNAL_FLAGS): a new driver must not inherit them.
+RAY_INTERNAL_ENV = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_OVERRIDE_NODE_ID_FOR_TESTING")
+TAIL_LINES = 400  # lines kept for classifying a failure
+REPORTED_LINES = 30  # lines attached to TrialFailed
+# A non-finite value of one of these means the run diverged (as the embedded engine's TrainingDiverged).
+DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
+
+
+@dataclass
+class MindSpeedSettings:
+    """The spec's ``mindspeed:`` section as the backend uses it (see docs/contracts.md, MindSpeedSpec).
+
+    ``path`` is the MindSpeed-RL checkout; relative checkpoint paths are relative to it, as in
+    MindSpeed-RL's own configs (it runs there). ``checkpoints`` maps a layout name to the Megatron
+    checkpoint converted for that layout's TP/PP, and/or ``pattern`` with ``{tp}``, ``{pp}``,
+    ``{layout}``, ``{model}`` placeholders.
+    """
+
+    path: Path | None = None
+    python: str = sys.executable
+    entry: str = "cli/train_grpo.py"
+    env: dict[str, str] = field(default_factory=dict)
+    stall_timeout: float = 1800.0
+    kill_grace: float = 30.0
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    ref_model_load_path: str | None = None
+    source: str = "spec"  # the spec file, for messages
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "MindSpeedSettings":
+        """From a SweepSpec (its ``mindspeed`` section), a MindSpeedSpec, a dict of its fields, or None."""
+        if spec is None:
+            return cls()
+        source = "spec"
+        section = spec
+        if hasattr(spec, "mindspeed"):  # a SweepSpec
+            source, section = str(getattr(spec, "path", None) or "spec"), spec.mindspeed
+        elif isinstance(spec, dict) and isinstance(spec.get("mindspeed"), dict):  # a spec as a dict
+            section = spec["mindspeed"]
+        data = section.model_dump() if hasattr(section, "model_dump") else dict(section)
+        path = data.get("path")
+        grace = data.get("kill_grace")
+        return cls(
+            path=Path(path).expanduser().resolve() if path else None,
+            python=str(data.get("python") or sys.executable),
+            entry=str(data.get("entry") or "cli/train_grpo.py"),
+            env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+            stall_timeout=float(data.get("stall_timeout") or 1800.0),
+            kill_grace=float(30.0 if grace is None else grace),
+            checkpoints={str(k): str(v) for k, v in (data.get("checkpoints") or {}).items()},
+            ref_model_load_path=data.get("ref_model_load_path"),
+            source=str(data.get("source") or source),
+        )
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["path"] = str(self.path) if self.path else None
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "MindSpeedSettings":
+        return cls.from_spec(json.loads(text))
+
+    def resolve(self, path: str | os.PathLike) -> Path:
+        """A path from the config or spec: absolute as given, else relative to the checkout."""
+        p = Path(path).expanduser()
+        if p.is_absolute() or self.path is None:
+            return p
+        return self.path / p
+
+
+# ------------------------------------------------------------------------------------ checkpoints
+def layout_name(cfg) -> str:
+    actor = cfg.actor_config
+    return cfg.layout or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}"
+
+
+def original_weights(cfg, settings: MindSpeedSettings) -> tuple[str | None, str]:
+    """The Megatron checkpoint converted for this layout, and the key that named it.
+
+    ``mindspeed.checkpoints.<layout>`` wins, then ``mindspeed.checkpoints.pattern``, then the config's
+    own ``actor_config.load`` (a layout entry may set it).
+    """
+    layout = layout_name(cfg)
+    actor = cfg.actor_config
+    if layout in settings.checkpoints:
+        return settings.checkpoints[layout], f"mindspeed.checkpoints.{layout}"
+    if "pattern" in settings.checkpoints:
+        values = {"tp": actor.tensor_model_parallel_size, "pp": actor.pipeline_model_parallel_size,
+                  "layout": layout, "model": actor.model}
+        try:
+            return settings.checkpoints["pattern"].format(**values), "mindspeed.checkpoints.pattern"
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(
+                f"mindspeed.checkpoints.pattern: bad placeholder {err} (use {{tp}}, {{pp}}, {{layout}}, {{model}})"
+            ) from None
+    return actor.load, "actor_config.load"
+
+
+def checkpoint_iteration(path: Path) -> int | None:
+    """The iteration in Megatron's tracker file (0 for a converted ``release`` checkpoint), or None."""
+    try:
+        text = (path / TRACKER).read_text().strip()
+    except OSError:
+        return None
+    if text == "release":
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def checkpoint_split(path: Path) -> tuple[int, int] | None:
+    """(TP, PP) a Megatron checkpoint was saved with, from its ``mp_rank_XX[_YYY]`` folders, if it has any."""
+    try:
+        text = (path / TRACKER).read_text().strip()
+    except OSError:
+        return None
+    step = path / ("release" if text == "release" else f"iter_{int(text):07d}" if text.isdigit() else text)
+    try:
+        ranks = [[int(x) for x in p.name.split("_")[2:]] for p in step.glob("mp_rank_*") if p.is_dir()]
+    except ValueError:
+        return None
+    if not ranks or not all(ranks):
+        return None
+    return 1 + max(r[0] for r in ranks), 1 + max(r[1] if len(r) > 1 else 0 for r in ranks)
+
+
+def checkpoint_problems(cfg, settings: MindSpeedSettings) -> list[str]:
+    """Why this layout's checkpoint cannot be loaded (missing, or converted for another TP/PP)."""
+    layout = layout_name(cfg)
+    actor = cfg.actor_config
+    tp, pp = actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size
+    try:
+        weights, key = original_weights(cfg, settings)
+    except ValueError as err:
+        return [f"{settings.source}: {err}"]
+    if not weights:
+        return [f"{settings.source}: layout {layout}: no Megatron checkpoint named; set mindspeed.checkpoints.{layout}, "
+                f"mindspeed.checkpoints.pattern or actor_config.load"]
+    path = settings.resolve(weights)
+    if not path.is_dir():
+        return [f"{settings.source}: layout {layout}: Megatron checkpoint {path} not found ({key}); convert the "
+                f"weights for TP{tp} PP{pp} with MindSpeed-LLM's checkpoint converter"]
+    split = checkpoint_split(path)
+    if split is not None and split != (tp, pp):
+        return [f"{settings.source}: layout {layout}: checkpoint {path} ({key}) was converted for TP{split[0]} "
+                f"PP{split[1]}, the layout needs TP{tp} PP{pp}"]
+    return []
+
+
+# -------------------------------------------------------------------------------------- rendering
+@dataclass
+class LaunchPlan:
+    """What ``run`` launches: the config folder and name, the rendered trainer dict, how it resumes."""
+
+    config_dir: Path
+    config_name: str
+    trainer: dict
+    save_dir: Path
+    start_iteration: int  # 0 for a fresh run, else the checkpoint iteration it resumes after
+    original_weights: str | None
+
+
+def _recorded_weights(checkpoint: Path) -> str | None:
+    """The original weights a previous run of this trial recorded (``<run dir>/mindspeed_config/launch.json``)."""
+    try:
+        return json.loads((checkpoint.parent / CONFIG_DIR / LAUNCH_RECORD).read_text()).get("original_weights")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def render_trial_config(cfg, run_dir: Path, settings: MindSpeedSettings, resume: bool) -> LaunchPlan:
+    """Write ``<run dir>/mindspeed_config/{grpo_trainer.yaml, model/<name>.yaml}`` and return the plan.
+
+    Every trial saves into its own ``actor_config.save``: an absolute path as given, a relative one (or
+    none) under the run dir, never into the shared checkout. A fresh run loads the layout's converted checkpoint. ``resume=True`` loads the
+    newest checkpoint of ``actor_config.load`` (set by the driver to the failed attempt's save dir) or
+    else of this run's own save dir, with MindSpeed-RL's resume keys: ``finetune: false``,
+    ``no_load_optim: false``, ``no_load_rng: false`` and
+    ``rl_config.integrated_mode_config.ref_model_load_path`` = the original weights, so the reference
+    model stays the starting policy. Without any checkpoint a resume starts afresh.
+    """
+    from grpo.config import render_mindspeed, render_mindspeed_model
+
+    run_dir = Path(run_dir).resolve()
+    config_dir = run_dir / CONFIG_DIR
+    (config_dir / "model").mkdir(parents=True, exist_ok=True)
+    trainer = yaml.safe_load(render_mindspeed(cfg))
+    actor = trainer["actor_config"]
+    # A relative save path (MindSpeed-RL's examples use ./ckpt) is per run, so trials never share one.
+    save = Path(cfg.actor_config.save or "ckpt").expanduser()
+    save_dir = save if save.is_absolute() else run_dir / save
+    actor["save"] = str(save_dir)
+
+    weights, _ = original_weights(cfg, settings)
+    weights_path = str(settings.resolve(weights)) if weights else None
+    resume_from: Path | None = None
+    if resume:
+        candidates = [settings.resolve(cfg.actor_config.load)] if cfg.actor_config.load else []
+        resume_from = next((c for c in candidates + [save_dir] if checkpoint_iteration(c) is not None), None)
+
+    start = 0
+    if resume_from is not None:
+        start = checkpoint_iteration(resume_from) or 0
+        actor.update(load=str(resume_from), finetune=False, no_load_optim=False, no_load_rng=False)
+        # The reference model must load the starting weights, not the resumed policy. Without a
+        # mindspeed.checkpoints entry, actor_config.load now names the resume path: ask the attempt
+        # that saved it which weights it started from.
+        if weights_path and Path(weights_path) == resume_from:
+            weights_path = None
+        reference = settings.ref_model_load_path or weights_path or _recorded_weights(resume_from)
+        if reference:
+            weights_path = str(settings.resolve(reference))
+            trainer["rl_config"].setdefault("integrated_mode_config", {})["ref_model_load_path"] = weights_path
+    elif weights_path:
+        actor["load"] = weights_path
+    # Hydra's own outputs go into the run dir, not into the MindSpeed-RL checkout.
+    trainer["hydra"] = {"run": {"dir": str(config_dir / "hydra")}, "output_subdir": None}
+
+    for name in cfg.model:
+        model_name, text = render_mindspeed_model(cfg, name)
+        (config_dir / "model" / f"{model_name}.yaml").write_text(text)
+    (config_dir / f"{CONFIG_NAME}.yaml").write_text(
+        f"# Rendered by grpo-sweep for {run_dir}\n" + yaml.safe_dump(trainer, sort_keys=False)
+    )
+    record = {"original_weights": weights_path, "resumed_from": str(resume_from) if resume_from else None,
+              "start_iteration": start, "layout": layout_name(cfg)}
+    (config_dir / LAUNCH_RECORD).write_text(json.dumps(record, indent=2))
+    return LaunchPlan(config_dir, CONFIG_NAME, trainer, save_dir, start, weights_path)
+
+
+# ---------------------------------------------------------------------------------------- process
+def _in_ray_worker() -> bool:
+    if "ray" not in sys.modules:
+        return False
+    import ray
+
+    return ray.is_initialized()
+
+
+def _ray_context() -> tuple[str | None, list[str]]:
+    """(GCS address of the cluster this worker is in, NPU ids Ray assigned to it); (None, []) outside Ray."""
+    if not _in_ray_worker():
+        return None, []
+    import ray
+
+    try:
+        ctx = ray.get_runtime_context()
+        return ctx.gcs_address, [str(i) for i in ctx.get_accelerator_ids().get("NPU", [])]
+    except Exception:  # a half-initialised Ray: launch without it rather than fail the trial
+        return None, []
+
+
+def launch_env(settings: MindSpeedSettings) -> dict[str, str]:
+    """The subprocess environment: ours, plus what MindSpeed-RL needs, then the spec's ``mindspeed.env``.
+
+    ``RAY_ADDRESS`` is the cluster this worker runs in (its GCS address), else a concrete
+    ``GRPO_SWEEP_RAY_ADDRESS``; ``local``/``auto`` are resolved inside Ray only. ``ASCEND_RT_VISIBLE_DEVICES``
+    lists the NPUs Ray gave this worker, when it was given any.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in RAY_INTERNAL_ENV and k != SETTINGS_ENV}
+    env["HYDRA_FULL_ERROR"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"  # lines arrive as printed: stall detection and pruning see them live
+    env["RAY_DEDUP_LOGS"] = "0"  # every line reaches the log (MindSpeed-RL's own scripts do the same)
+    gcs_address, npus = _ray_context()
+    requested = os.environ.get(ADDRESS_ENV, "")
+    if gcs_address:
+        env["RAY_ADDRESS"] = gcs_address
+    elif requested and requested not in ("local", "auto"):
+        env["RAY_ADDRESS"] = requested
+    if npus:
+        env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(npus)
+    env.update(settings.env)
+    return env
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_process_group(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM the process group, wait up to ``grace`` s for all of it to exit, then SIGKILL what is left."""
+    pgid = proc.pid  # start_new_session=True: the child leads its own group
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        proc.poll()
+        if proc.returncode is not None and not _group_alive(pgid):
+            return
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 5
+    while _group_alive(pgid) and time.monotonic() < deadline:  # a killed member may linger a moment
+        time.sleep(0.05)
+
+
+def _pump(stream, lines: "queue.Queue[bytes | None]") -> None:
+    for raw in iter(stream.readline, b""):
+        lines.put(raw)
+    lines.put(None)
+
+
+# ---------------------------------------------------------------------------------------- backend
+class MindSpeedBackend(TrialBackend):
+    """Runs each trial as a MindSpeed-RL GRPO subprocess (see the module docstring).
+
+    ``settings`` defaults to the JSON the driver puts in ``$GRPO_SWEEP_MINDSPEED`` (``job_env``), read
+    when a trial runs.
+    """
+
+    name = "mindspeed"
+    admission_resource = ADMISSION_RESOURCE
+
+    def __init__(self, settings: MindSpeedSettings | dict | None = None):
+        if settings is not None and not isinstance(settings, MindSpeedSettings):
+            settings = MindSpeedSettings.from_spec(settings)
+        self._settings = settings
+
+    @property
+    def settings(self) -> MindSpeedSettings:
+        if self._settings is not None:
+            return self._settings
+        text = os.environ.get(SETTINGS_ENV)
+        return MindSpeedSettings.from_json(text) if text else MindSpeedSettings()
+
+    @staticmethod
+    def job_env(spec) -> dict[str, str]:
+        """Environment the driver passes to the trial's worker: the spec's mindspeed section as JSON."""
+        return {SETTINGS_ENV: MindSpeedSettings.from_spec(spec).to_json()}
+
+    def resources(self, cfg) -> dict:
+        """One CPU for the supervising worker plus one admission slot per NPU of the trial."""
+        return {"num_cpus": 1, "resources": {self.admission_resource: float(cfg.rl_config.actor_resource.num_npus)}}
+
+    def check(self, cfg, spec) -> list[str]:
+        settings = MindSpeedSettings.from_spec(spec) if spec is not None else self.settings
+        return self._launch_problems(cfg, settings)
+
+    def _launch_problems(self, cfg, settings: MindSpeedSettings) -> list[str]:
+        src = settings.source
+        if settings.path is None:
+            return [f"{src}: mindspeed.path: not set (the MindSpeed-RL checkout to run cli/train_grpo.py from)"]
+        if not settings.path.is_dir():
+            return [f"{src}: mindspeed.path: {settings.path}: no such directory (the MindSpeed-RL checkout)"]
+        problems = []
+        if not (settings.path / settings.entry).is_file():
+            problems.append(f"{src}: mindspeed.entry: {settings.entry} not found in {settings.path}")
+        if not (shutil.which(settings.python) or Path(settings.python).is_file()):
+            problems.append(f"{src}: mindspeed.python: {settings.python}: no such interpreter")
+        problems += checkpoint_problems(cfg, settings)
+        if settings.ref_model_load_path and not settings.resolve(settings.ref_model_load_path).is_dir():
+            problems.append(f"{src}: mindspeed.ref_model_load_path: {settings.resolve(settings.ref_model_load_path)}: "
+                            f"no such directory")
+        return problems
+
+    def run(self, cfg, trial_dir: Path, report: ReportFn, resume: bool) -> dict:
+        settings = self.settings
+        run_dir = Path(trial_dir).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        problems = self._launch_problems(cfg, settings)
+        if problems:
+            raise TrialFailed(problems[0], problems)
+        plan = render_trial_config(cfg, run_dir, settings, resume)
+        cmd = [settings.python, settings.entry, "--config-dir", str(plan.config_dir), "--config-name", plan.config_name]
+        metrics_path = run_dir / "metrics.jsonl"
+        _keep_rows_up_to(metrics_path, plan.start_iteration)
+        with open(run_dir / "train.log", "a", encoding="utf-8") as log, open(metrics_path, "a") as metrics_out:
+            log.write(f"# grpo-sweep: {' '.join(cmd)} (cwd {settings.path}, from iteration {plan.start_iteration})\n")
+            log.flush()
+            return self._supervise(cmd, settings, plan, report, log, metrics_out)
+
+    def _supervise(self, cmd, settings: MindSpeedSettings, plan: LaunchPlan, report: ReportFn, log, metrics_out) -> dict:
+        """Stream the subprocess's output until it exits, is pruned, or stalls (see the module docstring)."""
+        proc = subprocess.Popen(cmd, cwd=settings.path, env=launch_env(settings), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        lines: queue.Queue[bytes | None] = queue.Queue()
+        reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
+        reader.start()
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        last_iteration, last_metrics, stopped = plan.start_iteration, {}, False
+        last_output = time.monotonic()
+        try:
+            while True:
+                try:
+                    raw = lines.get(timeout=0.5)
+                except queue.Empty:
+                    silent = time.monotonic() - last_output
+                    if silent > settings.stall_timeout:
+                        stop_process_group(proc, settings.kill_grace)
+                        raise TrialFailed(f"stalled: no output for {silent:.0f} s (mindspeed.stall_timeout "
+                                          f"{settings.stall_timeout:g} s)", list(tail)[-REPORTED_LINES:]) from None
+                    continue
+                if raw is None:
+                    break
+                last_output = time.monotonic()
+                line = clean_line(raw.decode("utf-8", errors="replace"))
+                log.write(line + "\n")
+                log.flush()
+                tail.append(line)
+                parsed = parse_metrics_line(line)
+                if parsed is None or parsed.iteration <= last_iteration:
+                    continue  # not a metrics line, or a repeat of an iteration already reported
+                diverged = [k for k in DIVERGENCE_KEYS if k in parsed.metrics and not math.isfinite(parsed.metrics[k])]
+                if diverged:
+                    stop_process_group(proc, settings.kill_grace)
+                    raise TrialFailed(f"training diverged: {diverged[0]} is {parsed.metrics[diverged[0]]} at "
+                                      f"iteration {parsed.iteration}", list(tail)[-REPORTED_LINES:])
+                last_iteration, last_metrics = parsed.iteration, finite(parsed.metrics)
+                metrics_out.write(json.dumps({"iteration": last_iteration, **last_metrics}) + "\n")
+                metrics_out.flush()
+                if report(last_iteration, last_metrics):
+                    stopped = True
+                    log.write(f"# grpo-sweep: stopped at iteration {last_iteration} (pruned or interrupted)\n")
+                    stop_process_group(proc, settings.kill_grace)
+                    break
+            returncode = proc.wait()
+        finally:
+            if proc.poll() is None or _group_alive(proc.pid):
+                stop_process_group(proc, settings.kill_grace)
+            reader.join(timeout=5)
+            if proc.stdout:
+                proc.stdout.close()
+        summary = {"iterations": last_iteration, "stopped_early": stopped, "returncode": returncode,
+                   "metrics": last_metrics, "checkpoint": str(plan.save_dir), "resumed_from": plan.start_iteration or None}
+        if stopped:
+            return summary
+        reason = classify_failure(tail, returncode)
+        if reason is not None:
+            raise TrialFailed(reason, list(tail)[-REPORTED_LINES:])
+        train_iters = int(plan.trainer["megatron_training"]["train_iters"])
+        if last_iteration == plan.start_iteration and plan.start_iteration < train_iters:
+            raise TrialFailed("MindSpeed-RL exited without printing any iteration line (see train.log)",
+                              list(tail)[-REPORTED_LINES:])
+        return summary
+
+
+def _keep_rows_up_to(metrics_path: Path, iteration: int) -> None:
+    """Drop metrics rows past ``iteration`` (a resumed run redoes them from its checkpoint)."""
+    if not metrics_path.exists():
+        return
+    kept = []
+    for text in metrics_path.read_text().splitlines():
+        try:
+            if json.loads(text).get("iteration", 0) <= iteration:
+                kept.append(text)
+        except ValueError:
+            continue
+    metrics_path.write_text("".join(t + "\n" for t in kept))

@@ -1,0 +1,84 @@
+"""Rendering for MindSpeed-RL: trainer YAML + model YAML, and the compose -> render -> reload round trip."""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grpo.config import GRPOConfig, load_config, render_mindspeed, render_mindspeed_model
+from grpo.config.schema import SECTIONS, ModelConfig
+
+GRPO_ONLY = ("engine", "layout")
+
+
+def _reload(cfg: GRPOConfig, folder: Path) -> GRPOConfig:
+    """Write the rendered files as a MindSpeed-RL configs/ folder and load them back from there alone."""
+    (folder / "model").mkdir(parents=True)
+    (folder / "grpo_trainer_rendered.yaml").write_text(render_mindspeed(cfg))
+    name, text = render_mindspeed_model(cfg)
+    (folder / "model" / f"{name}.yaml").write_text(text)
+    return load_config(folder / "grpo_trainer_rendered.yaml", config_dir=folder)
+
+
+def _without_grpo_sections(cfg: GRPOConfig) -> dict:
+    data = cfg.to_dict()
+    for key in GRPO_ONLY:
+        data.pop(key)
+    return data
+
+
+@pytest.mark.parametrize("name, overrides", [
+    ("grpo_trainer_tiny_cpu", []),
+    ("grpo_trainer_tiny_cpu", ["rl_config.kl_ctrl_type=adaptive", "actor_config.save=/tmp/ckpt",
+                               "megatron_training.recompute_granularity=full",
+                               "megatron_training.recompute_method=uniform",
+                               "megatron_training.recompute_num_layers=1"]),
+    ("grpo_trainer_qwen25_7b_A3", ["layout=tp2_pp2", "rl_config.shuffle_minibatch=true"]),
+])
+def test_compose_render_reload_gives_the_same_config(tmp_path, name, overrides):
+    cfg = load_config(name, overrides)
+    again = _reload(cfg, tmp_path / "configs")
+    assert _without_grpo_sections(again) == _without_grpo_sections(cfg)
+
+
+def test_rendered_yaml_has_mindspeed_layout():
+    cfg = load_config("grpo_trainer_qwen25_7b_A3", ["layout=tp2_pp2"])
+    data = yaml.safe_load(render_mindspeed(cfg))
+    assert data["defaults"] == [{"model": ["qwen25_7b"]}, "_self_"]
+    assert list(data) == ["defaults", "megatron_training", "actor_config", "rl_config", "generate_config"]
+    assert "qwen25_7b" not in data and "model" not in data  # MindSpeed-RL loads configs/model/ itself
+    assert data["actor_config"]["tensor_model_parallel_size"] == 2  # the layout's values are inlined
+    assert data["actor_config"]["pipeline_model_parallel_size"] == 2
+    assert data["rl_config"]["actor_resource"] == {"num_npus": 16}
+    assert data["generate_config"]["sampling_config"]["top_k"] == -1
+    assert data["rl_config"]["shuffle_mini_batch"] is False  # the key MindSpeed-RL's RLConfig reads
+    assert "shuffle_minibatch" not in data["rl_config"]
+    assert "recompute_granularity" not in data["megatron_training"]  # null = MindSpeed's default
+    name, text = render_mindspeed_model(cfg)
+    model = yaml.safe_load(text)
+    assert name == "qwen25_7b" and model["qwen25_7b"]["num_query_groups"] == 4
+    assert model["qwen25_7b"]["padded_vocab_size"] == 152064
+
+
+def test_render_drops_grpo_sections_and_nulls():
+    cfg = load_config("grpo_trainer_tiny_cpu")
+    data = yaml.safe_load(render_mindspeed(cfg))
+    assert "engine" not in data and "layout" not in data
+    assert "load" not in data["actor_config"] and "save" not in data["actor_config"]
+    assert all(v is not None for section in data.values() if isinstance(section, dict) for v in section.values())
+
+
+def _optional(annotation) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
+
+
+def test_every_nullable_field_defaults_to_null():
+    """Leaving nulls out of the render is lossless only if every nullable field's default is null."""
+    for model in (*SECTIONS.values(), ModelConfig):
+        for name, info in model.model_fields.items():
+            if _optional(info.annotation):
+                assert info.default is None, f"{model.__name__}.{name}"

@@ -1,0 +1,160 @@
+"""Every cross-field rule: a config breaking exactly that rule gets exactly that rule's message.
+
+The cases start from the shipped tiny and 7B configs and change a few keys with overrides; the
+message must be the only problem reported, so each case also proves the other rules stay quiet.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo.config import RULES, check_rules, derive, load_config
+from grpo.errors import UserError
+
+NPUS, TP, PP = "rl_config.actor_resource.num_npus", "actor_config.tensor_model_parallel_size", \
+    "actor_config.pipeline_model_parallel_size"
+ITP, GBS, MBS, MINI = "generate_config.infer_tensor_parallel_size", "megatron_training.global_batch_size", \
+    "actor_config.micro_batch_size", "rl_config.mini_batch_size"
+
+# rule name -> (base, overrides, expected message)
+CASES: dict[str, list[tuple[str, list[str], str]]] = {
+    "model_is_loaded": [("tiny", ["megatron_training.model=qwen25_7b"],
+                         "megatron_training.model: model 'qwen25_7b' is not loaded by the defaults list "
+                         "(loaded: tiny_qwen)")],
+    "npus_divisible_by_train_tp_pp": [("tiny", [f"{PP}=2", f"{NPUS}=3", f"{GBS}=6", f"{MINI}=2"],
+                                       f"{NPUS}=3 is not divisible by {TP}*{PP}=1*2=2 "
+                                       "(train DP = num_npus / (TP*PP) must be a whole number)")],
+    "global_batch_divisible_by_train_dp": [("tiny", [f"{NPUS}=4", f"{ITP}=2", f"{GBS}=6", f"{MINI}=2", f"{MBS}=4"],
+                                            f"{GBS}=6 is not divisible by train DP=4 (num_npus / (TP*PP))")],
+    "dp_share_divisible_by_micro_batch": [("tiny", [f"{MBS}=48"],
+                                           f"{GBS}/DP*rl_config.n_samples_per_prompt = 8/1*8 = 64 responses per "
+                                           f"rank is not divisible by {MBS}=48")],
+    "heads_divisible_by_tp": [("7b", ["layout=tp8_pp1"],
+                               f"model.qwen25_7b.num_attention_heads=28 is not divisible by {TP}=8")],
+    "query_groups_divisible_by_tp": [("tiny", ["layout=tp4_pp1"],
+                                      f"model.tiny_qwen.num_query_groups=2 is not divisible by {TP}=4")],
+    "layers_divisible_by_pp": [("tiny", [f"{PP}=4", f"{NPUS}=4"],
+                                f"model.tiny_qwen.num_layers=2 is not divisible by {PP}=4")],
+    "vocab_divisible_by_tp": [("tiny", [f"{TP}=2", f"{NPUS}=2", f"{ITP}=2", "model.tiny_qwen.padded_vocab_size=65"],
+                               f"model.tiny_qwen.padded_vocab_size=65 is not divisible by {TP}=2")],
+    "infer_pp_is_one": [("tiny", ["generate_config.infer_pipeline_parallel_size=2"],
+                         "generate_config.infer_pipeline_parallel_size=2: only 1 is supported "
+                         "(no rollout pipeline parallel)")],
+    "train_and_infer_tp_are_multiples": [("tiny", [f"{TP}=2", f"{ITP}=3", f"{NPUS}=6", f"{GBS}=6", f"{MINI}=3",
+                                                   f"{MBS}=8"],
+                                          f"{TP}=2 and {ITP}=3 must be multiples of one another (weight resharding)")],
+    "infer_tp_fits_train_devices": [("7b", [f"{PP}=4", f"{ITP}=8"],
+                                     f"train DP*TP = 1*4 = 4 is smaller than {ITP}=8")],
+    "npus_divisible_by_infer_tp": [("tiny", [f"{NPUS}=3", f"{ITP}=2", f"{GBS}=6", f"{MINI}=3", f"{MBS}=8"],
+                                    f"{NPUS}=3 is not divisible by {ITP}=2 (generation DP must be a whole number)")],
+    "global_batch_divisible_by_generation_dp": [("tiny", [f"{TP}=2", f"{ITP}=1", f"{NPUS}=2", f"{GBS}=7",
+                                                          f"{MINI}=1", f"{MBS}=8"],
+                                                 f"{GBS}=7 is not divisible by generation DP = {NPUS}/{ITP} "
+                                                 "= 2/1 = 2")],
+    "mini_batch_divides_global_batch": [("tiny", [f"{MINI}=3", f"{MBS}=8"],
+                                         f"{GBS}=8 is not divisible by {MINI}=3 (both count prompts)")],
+    "mini_batch_divisible_by_dp_micro_batches": [("tiny", [f"{MINI}=1"],
+                                                  f"{MINI}*rl_config.n_samples_per_prompt = 1*8 = 8 responses per "
+                                                  f"optimizer step is not divisible by train DP*{MBS} = 1*16 = 16")],
+    "verifier_lengths_match": [("tiny", ["rl_config.verifier_weight=[1.0]"],
+                                "rl_config.verifier_function has 2 entries ['acc', 'strict_format'] but "
+                                "rl_config.verifier_weight has 1 [1.0]")],
+    "group_norm_needs_two_samples": [("tiny", ["rl_config.n_samples_per_prompt=1", f"{MBS}=1"],
+                                      "rl_config.n_samples_per_prompt=1 must be >= 2 with "
+                                      "rl_config.adv_estimator=group_norm")],
+    "wandb_needs_project": [("tiny", ["rl_config.use_wandb=true"],
+                             "rl_config.use_wandb=true needs rl_config.wandb_project (got '')")],
+    "min_lr_not_above_lr": [("tiny", ["actor_config.min_lr=1e-3"],
+                             "actor_config.min_lr=0.001 is larger than actor_config.lr=0.0005")],
+    "recompute_method_needs_full": [
+        ("tiny", ["megatron_training.recompute_method=block"],
+         "megatron_training.recompute_method=block needs megatron_training.recompute_granularity=full (got None)"),
+        ("7b", ["megatron_training.recompute_granularity=full"],
+         "megatron_training.recompute_granularity=full needs megatron_training.recompute_method and "
+         "megatron_training.recompute_num_layers (got None, None)"),
+    ],
+    "max_model_len_fits_prompt_and_response": [("tiny", ["generate_config.sampling_config.max_tokens=40"],
+                                                "generate_config.max_model_len=64 is smaller than "
+                                                "rl_config.max_prompt_length + generate_config.sampling_config."
+                                                "max_tokens = 32 + 40 = 72")],
+    "max_model_len_fits_seq_length": [("tiny", ["megatron_training.seq_length=128"],
+                                       "generate_config.max_model_len=64 is smaller than "
+                                       "megatron_training.seq_length=128")],
+    "positions_fit_max_model_len": [("tiny", ["model.tiny_qwen.max_position_embeddings=32"],
+                                     "model.tiny_qwen.max_position_embeddings=32 is smaller than "
+                                     "generate_config.max_model_len=64")],
+    "heads_divide_hidden_and_groups": [
+        ("tiny", ["model.tiny_qwen.hidden_size=66"],
+         "model.tiny_qwen.hidden_size=66 is not divisible by model.tiny_qwen.num_attention_heads=4"),
+        ("tiny", ["model.tiny_qwen.num_query_groups=3"],
+         "model.tiny_qwen.num_attention_heads=4 is not divisible by model.tiny_qwen.num_query_groups=3"),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def bases():
+    return {"tiny": load_config("grpo_trainer_tiny_cpu"), "7b": load_config("grpo_trainer_qwen25_7b_A3")}
+
+
+def test_every_rule_has_a_case():
+    assert sorted(CASES) == sorted(rule.__name__ for rule in RULES)
+
+
+def test_shipped_configs_and_layouts_are_feasible(bases):
+    assert check_rules(bases["tiny"]) == [] and check_rules(bases["7b"]) == []
+    for layout in ("tp4_pp1", "tp2_pp2", "tp4_pp2"):
+        assert check_rules(bases["7b"].with_overrides([f"layout={layout}"])) == []
+
+
+@pytest.mark.parametrize("rule, base, overrides, message",
+                         [(rule, *case) for rule, cases in CASES.items() for case in cases])
+def test_rule_broken_alone(bases, rule, base, overrides, message):
+    with pytest.raises(UserError) as info:
+        bases[base].with_overrides(overrides)
+    source = bases[base]._source
+    assert info.value.problems == [f"{source}: {message}"]
+
+
+def test_load_config_reports_every_broken_rule_at_once():
+    with pytest.raises(UserError) as info:
+        load_config("grpo_trainer_tiny_cpu", ["rl_config.verifier_weight=[1.0]", "rl_config.use_wandb=true"])
+    assert len(info.value.problems) == 2
+    assert all(p.startswith("configs/grpo_trainer_tiny_cpu.yaml: ") or "grpo_trainer_tiny_cpu.yaml: " in p
+               for p in info.value.problems)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rl_config.clip_ratio=1.5", "rl_config.clip_ratio: must be <= 1 (got 1.5)"),
+    ("rl_config.clip_ratio=-0.1", "rl_config.clip_ratio: must be >= 0 (got -0.1)"),
+    ("generate_config.sampling_config.temperature=0", "generate_config.sampling_config.temperature: must be > 0 (got 0)"),
+    ("generate_config.sampling_config.top_p=0", "generate_config.sampling_config.top_p: must be > 0 (got 0)"),
+    ("generate_config.sampling_config.top_p=1.5", "generate_config.sampling_config.top_p: must be <= 1 (got 1.5)"),
+    ("generate_config.sampling_config.top_k=0",
+     "generate_config.sampling_config.top_k: must be -1 (all tokens) or >= 1 (got 0)"),
+    ("generate_config.sampling_config.top_k=-2",
+     "generate_config.sampling_config.top_k: must be -1 (all tokens) or >= 1 (got -2)"),
+    ("generate_config.sampling_config.min_p=1.0", "generate_config.sampling_config.min_p: must be < 1 (got 1.0)"),
+    ("generate_config.sampling_config.min_p=-0.5", "generate_config.sampling_config.min_p: must be >= 0 (got -0.5)"),
+    ("generate_config.gpu_memory_utilization=0", "generate_config.gpu_memory_utilization: must be > 0 (got 0)"),
+    ("generate_config.gpu_memory_utilization=1.2", "generate_config.gpu_memory_utilization: must be <= 1 (got 1.2)"),
+])
+def test_single_field_rules(bases, override, message):
+    with pytest.raises(UserError) as info:
+        bases["tiny"].with_overrides([override])
+    assert info.value.problems == [f"{bases['tiny']._source}: {message}"]
+
+
+def test_derived_values_follow_mindspeed_batch_arithmetic(bases):
+    tiny = derive(bases["tiny"])
+    assert (tiny.train_dp, tiny.generation_dp) == (1, 1)
+    assert tiny.rollouts_per_iteration == 64  # 8 prompts * 8 samples
+    assert tiny.mini_batch_responses == 32  # MindSpeed-RL: mini_batch_size * n_samples_per_prompt
+    assert tiny.optimizer_steps_per_iteration == 2  # 8 prompts / 4 per step
+    assert tiny.micro_batches_per_step == 2  # 32 responses / DP 1 / micro batch 16
+    assert tiny.tokens_per_iteration_max == 64 * (32 + 24)
+    big = derive(bases["7b"].with_overrides(["layout=tp2_pp2", "rl_config.epochs=2", "rl_config.mini_batch_size=8"]))
+    assert (big.train_tp, big.train_pp, big.train_dp, big.infer_tp, big.generation_dp) == (2, 2, 4, 2, 8)
+    assert big.optimizer_steps_per_iteration == 2 * 32 // 8
+    assert big.micro_batches_per_step == 8 * 8 // 4 // 1
+    assert big.prompts_per_generation_replica == 4

@@ -1,0 +1,144 @@
+"""Crash safety with real processes: SIGKILL the driver mid-study and rerun; two drivers on one study."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from sweep_helpers import load, run_cli, start_cli, states, write_spec
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _lines(path: Path) -> int:
+    try:
+        return sum(1 for _ in open(path))
+    except OSError:
+        return 0
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def test_sigkilled_driver_resumes_from_checkpoint_without_rerunning_finished_trials(tmp_path):
+    spec = write_spec(tmp_path, trials=3, concurrency=1,
+                      overrides=["megatron_training.train_iters=20", "megatron_training.save_interval=5"],
+                      search={"rl_config.clip_ratio": "choice(0.1, 0.2, 0.3)"}, sampler={"name": "grid"},
+                      backend="sweep_test_backends:SlowCurveBackend")
+    proc = start_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
+    second = tmp_path / "studies" / "s" / "trials" / "1" / "metrics.jsonl"
+    _wait_for(lambda: _lines(second) >= 8 or proc.poll() is not None, 120, "trial 1 to pass its first checkpoint")
+    assert proc.poll() is None, proc.stdout.read()
+    _kill_group(proc)
+
+    interrupted = load(tmp_path)
+    assert states(interrupted) == {"COMPLETE": 1, "RUNNING": 1}
+
+    done = run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    study = load(tmp_path)
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == 3
+    assert len({t.params["rl_config.clip_ratio"] for t in complete}) == 3  # no parameter set ran twice
+    (dead,) = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert dead.number == 1 and "driver died" in dead.user_attrs["failure_reason"]
+    (retry,) = [t for t in complete if t.user_attrs.get("retry_of") == 1]
+    assert retry.params == dead.params
+    resumed_at = retry.user_attrs["resumed_at_iteration"]
+    assert list(resumed_at.values())[0] >= 5  # continued from the checkpoint, not from iteration 1
+    assert retry.user_attrs["config"]["actor_config"]["load"].startswith(str(tmp_path / "studies" / "s" / "trials" / "1"))
+    rows = [json.loads(line) for line in open(Path(retry.user_attrs["trial_dir"]) / "metrics.jsonl")]
+    assert [r["iteration"] for r in rows] == list(range(1, 21))
+    assert sorted(retry.intermediate_values) == list(range(1, 21))
+
+
+def _run_two_drivers(tmp_path, spec):
+    procs = [start_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path) for _ in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out
+
+
+def _assert_shared_budget(study, trials):
+    numbers = [t.number for t in study.trials]
+    assert len(numbers) == len(set(numbers))
+    assert states(study).get("COMPLETE") == trials
+    assert all(t.state != TrialState.RUNNING for t in study.trials)
+    drivers = {t.user_attrs["driver"]["pid"] for t in study.trials if t.state == TrialState.COMPLETE}
+    assert len(drivers) == 2  # both drivers really ran trials
+
+
+def test_two_drivers_on_one_journal_share_the_budget(tmp_path):
+    spec = write_spec(tmp_path, trials=6, concurrency=1, overrides=["megatron_training.train_iters=10"],
+                      backend="sweep_test_backends:SlowCurveBackend")
+    _run_two_drivers(tmp_path, spec)
+    _assert_shared_budget(load(tmp_path), 6)
+
+
+def _postgres_bin() -> Path | None:
+    for root in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (root / "initdb").exists() and (root / "postgres").exists():
+            return root
+    return None
+
+
+@pytest.fixture
+def postgres_url(tmp_path):
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries not installed (Debian package postgresql; .ci/setup installs it)")
+    # The server refuses to run as root: as root, it runs as the postgres user in a folder it owns
+    # (pytest's tmp_path sits under a root-only folder).
+    root = Path(tempfile.mkdtemp(prefix="grpo-pg-"))
+    user = "postgres" if os.getuid() == 0 else None
+
+    def as_user(cmd):
+        return ["runuser", "-u", user, "--", *cmd] if user else cmd
+
+    if user:
+        shutil.chown(root, user)
+    data, sock_dir = root / "data", root / "sock"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run(as_user([str(bindir / "initdb"), "-D", str(data), "-U", "grpo", "--auth=trust"]), check=True, capture_output=True)
+    subprocess.run(as_user(["mkdir", str(sock_dir)]), check=True)
+    server = subprocess.Popen(as_user([str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sock_dir),
+                                       "-c", "listen_addresses=127.0.0.1"]),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
+                                         capture_output=True).returncode == 0, 30, "postgres to accept connections")
+        subprocess.run(as_user([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "grpo", "sweeps"]), check=True)
+        yield f"postgresql://grpo@127.0.0.1:{port}/sweeps"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.postgres
+def test_two_drivers_on_postgresql_share_the_budget(tmp_path, postgres_url):
+    spec = write_spec(tmp_path, trials=6, concurrency=1, overrides=["megatron_training.train_iters=10"],
+                      storage=postgres_url, backend="sweep_test_backends:SlowCurveBackend")
+    _run_two_drivers(tmp_path, spec)
+    _assert_shared_budget(load(tmp_path, storage=postgres_url), 6)
