@@ -31,6 +31,7 @@ from grpo.sweep import lease
 from grpo.sweep.retry import counts_toward_budget, fail_and_maybe_retry
 from grpo.sweep.worker import SeedRun, TrialJob
 
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
 POLL_S = 0.05
 TIMEOUT_KILL_GRACE_S = 30.0
 MAX_INFEASIBLE_IN_A_ROW = 200
@@ -257,8 +258,7 @@ class _Driver:
         resume_from = trial.user_attrs.get("resume_from")
         if self._base_cfg is None:  # compose with Hydra once; per-trial values are applied on top
             self._base_cfg = load_config(spec.base, list(spec.overrides))
-        base_cfg = self._base_cfg.with_overrides(param_overrides)
-        base_seed = int(base_cfg.megatron_training.seed)
+        base_seed = int(self._base_cfg.megatron_training.seed)
         runs, resumed = [], False
         for k in range(spec.seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
@@ -270,7 +270,7 @@ class _Driver:
                     extra += [f"actor_config.load={old_ckpt}", "actor_config.finetune=false",
                               "actor_config.no_load_optim=false", "actor_config.no_load_rng=false"]
                     resumed = True
-            cfg = base_cfg.with_overrides(extra)
+            cfg = self._base_cfg.with_overrides(param_overrides + extra)  # one validation per seed
             runs.append(SeedRun(seed=base_seed + k, cfg=cfg, run_dir=str(run_dir)))
         problems = trial_problems(spec, runs[0].cfg, self.backend, no_plan=self.no_plan)
         if problems:
@@ -279,11 +279,12 @@ class _Driver:
         if not self.sched.can_ever_fit(options):
             raise UserError(f"trial needs {options} but the cluster has {self.sched._total}")
         trial_dir.mkdir(parents=True, exist_ok=True)
-        (trial_dir / "config.yaml").write_text(yaml.safe_dump(runs[0].cfg.to_dict(), sort_keys=False))
-        (trial_dir / "overrides.yaml").write_text(yaml.safe_dump(overrides, sort_keys=False))
+        config = runs[0].cfg.to_dict()
+        (trial_dir / "config.yaml").write_text(yaml.dump(config, Dumper=_Dumper, sort_keys=False))
+        (trial_dir / "overrides.yaml").write_text(yaml.dump(overrides, Dumper=_Dumper, sort_keys=False))
         attrs = {
             "overrides": overrides,
-            "config": runs[0].cfg.to_dict(),
+            "config": config,
             "seeds": [r.seed for r in runs],
             "trial_dir": str(trial_dir),
             "attempt": int(trial.user_attrs.get("attempt", 1)),

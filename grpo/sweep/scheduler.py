@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from grpo.sweep.worker import TrialJob, TrialWorker
 
+DRAIN_EVERY_S = 0.5  # metrics latency for pruning: an iteration of a real trial takes seconds at least
+
 
 def _shape(options: dict) -> tuple:
     res = tuple(sorted((options.get("resources") or {}).items()))
@@ -55,6 +57,8 @@ class RayScheduler:
     _busy: dict = field(default_factory=dict)
     _idle: list = field(default_factory=list)
     _started_ray: bool = False
+    _last_drain: float = 0.0
+    _drains: dict = field(default_factory=dict)  # trial -> drain ref in flight
 
     def __post_init__(self):
         import ray
@@ -132,7 +136,7 @@ class RayScheduler:
         import ray
 
         finished: list[Finished] = []
-        just_done: list[tuple[int, object]] = []
+        events: dict[int, list] = {}
         if self._busy:
             refs = {slot.ref: key for key, slot in self._busy.items()}
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
@@ -144,28 +148,37 @@ class RayScheduler:
                 except Exception as err:  # RayActorError: the worker process is gone
                     finished.append(Finished(key, None, error=_death_reason(err)))
                     continue
+                early = self._drains.pop(key, None)  # a drain in flight holds events older than the result's
+                events[key] = (_get_or_empty(early) if early is not None else []) + result.pop("events", [])
                 finished.append(Finished(key, result))
-                just_done.append((key, slot.actor))
                 slot.key = None
                 self._idle.append(slot)
         else:
             time.sleep(timeout)
-        # Finished trials are drained too: events they queued after the previous poll.
-        events = self._drain([(k, s.actor) for k, s in self._busy.items()] + just_done)
+        for key, evs in self._collect_drains().items():
+            events[key] = evs + events.get(key, [])
+        now = time.monotonic()
+        if self._busy and now - self._last_drain >= DRAIN_EVERY_S:
+            self._last_drain = now
+            for key, slot in self._busy.items():
+                if key not in self._drains:  # one drain in flight per trial; never block on a busy actor
+                    self._drains[key] = slot.actor.drain.remote()
         return finished, events
 
-    def _drain(self, pairs) -> dict[int, list]:
+    def _collect_drains(self) -> dict[int, list]:
         import ray
 
-        pairs = [(k, a) for k, a in pairs if k is not None]
-        if not pairs:
+        if not self._drains:
             return {}
-        refs = [a.drain.remote() for _, a in pairs]
+        by_ref = {ref: key for key, ref in self._drains.items()}
+        ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
         out: dict[int, list] = {}
-        for (key, _), ref in zip(pairs, refs):
+        for ref in ready:
+            key = by_ref[ref]
+            del self._drains[key]
             try:
-                out[key] = ray.get(ref, timeout=30)
-            except Exception:
+                out[key] = ray.get(ref)
+            except Exception:  # the worker died meanwhile; its run ref reports that
                 out[key] = []
         return out
 
@@ -203,6 +216,15 @@ class RayScheduler:
         self._idle.clear()
         if self._started_ray:
             ray.shutdown()
+
+
+def _get_or_empty(ref) -> list:
+    import ray
+
+    try:
+        return ray.get(ref, timeout=30)
+    except Exception:
+        return []
 
 
 def _worker_env() -> dict[str, str]:

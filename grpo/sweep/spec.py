@@ -109,6 +109,10 @@ class PrunerSpec(_Strict):
 
 class ClusterSpec(_Strict):
     address: str = "local"
+    # Only for a local cluster (address: local): CPUs to offer (default: all cores) and custom resources
+    # to declare, e.g. {NPU: 16} to schedule NPU trials on one Ascend host without `ray start`.
+    num_cpus: int | None = Field(None, ge=1)
+    resources: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("address")
     @classmethod

@@ -86,6 +86,7 @@ class TrialWorker:
             lines = traceback.format_exc().splitlines()[-15:]
             result.update(status="failed", reason=f"{type(err).__name__}: {err}", last_log_lines=lines)
         result["cpu_s"] = time.process_time() - started
+        result["events"] = self.drain()  # the last events travel with the result: no extra round trip
         return result
 
 

@@ -1,0 +1,134 @@
+"""Scheduler overhead and NPU packing, measured through the real driver, Optuna journal storage and Ray.
+
+1. 200 no-op trials (benchmarks/_bench_backends.py:NoopBackend) through ``run_study`` on a local Ray:
+   per-trial overhead beyond Ray start-up. Side by side: Ray Tune + OptunaSearch running the same no-op
+   objective (fewer trials: it is slow), per trial.
+2. Trials asking for 4, 8 and 16 NPUs packed on a local Ray started with 64 NPU resources: utilisation
+   against the packing bound max(total NPU-seconds / 64, longest trial).
+
+    python benchmarks/scheduler_overhead.py [--trials 200] [--tune-trials 20] [--npu-trials 48]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _spec(folder: Path, name: str, **fields) -> Path:
+    spec = {"study": name, "trials": 10, "concurrency": 2, "sampler": {"name": "random", "seed": 0},
+            "pruner": "none", "objective": {"metric": "grpo/score/mean", "reduce": "last"}}
+    spec.update(fields)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def noop_overhead(folder: Path, trials: int) -> float:
+    import ray
+
+    from grpo.sweep.driver import run_study
+    from grpo.sweep.spec import load_spec
+
+    spec = load_spec(str(_spec(folder, "noop", base="grpo_trainer_tiny_cpu", trials=trials, concurrency=2,
+                               search={"rl_config.clip_ratio": "interval(0.1, 0.3)"},
+                               backend="_bench_backends:NoopBackend")))
+    t0 = time.perf_counter()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}})
+    t1 = time.perf_counter()
+    study = run_study(spec)
+    t2 = time.perf_counter()
+    ray.shutdown()
+    done = sorted((t for t in study.trials if t.state.name == "COMPLETE"), key=lambda t: t.datetime_complete)
+    per_trial = (t2 - t1) / len(done)
+    # Steady state: after each of the 2 worker actors ran its first trial (process start + imports, once).
+    warm = (done[-1].datetime_complete - done[1].datetime_complete).total_seconds() / (len(done) - 2)
+    print(f"grpo-sweep: {len(done)} no-op trials in {t2 - t1:.2f} s after Ray start-up ({t1 - t0:.2f} s): "
+          f"{per_trial * 1000:.1f} ms per trial including the 2 workers' start; steady state "
+          f"{warm * 1000:.1f} ms per trial (target <= 50 ms)")
+    return warm
+
+
+def tune_overhead(trials: int) -> float:
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    def objective(config):
+        return {"score": config["clip_ratio"]}
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        tuner = tune.Tuner(
+            objective,
+            param_space={"clip_ratio": tune.uniform(0.1, 0.3)},
+            tune_config=tune.TuneConfig(search_alg=OptunaSearch(metric="score", mode="max"), num_samples=trials,
+                                        max_concurrent_trials=2),
+            run_config=tune.RunConfig(storage_path=tmp, verbose=0),
+        )
+        t0 = time.perf_counter()
+        tuner.fit()
+        t1 = time.perf_counter()
+    ray.shutdown()
+    per_trial = (t1 - t0) / trials
+    print(f"Ray Tune + OptunaSearch: {trials} no-op trials in {t1 - t0:.2f} s: {per_trial * 1000:.0f} ms per trial")
+    return per_trial
+
+
+def npu_packing(folder: Path, trials: int) -> None:
+    import ray
+
+    from grpo.sweep.driver import run_study
+    from grpo.sweep.spec import load_spec
+
+    spec = load_spec(str(_spec(folder, "packing", base="grpo_trainer_qwen25_7b_A3", trials=trials, concurrency=16,
+                               search={"rl_config.actor_resource.num_npus": "choice(4, 8, 16)"},
+                               cluster={"address": "local", "resources": {"NPU": 64}},
+                               backend="_bench_backends:SleepNPUBackend")))
+    ray.init(address="local", num_cpus=2, resources={"NPU": 64}, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}})
+    t0 = time.perf_counter()
+    study = run_study(spec)
+    wall = time.perf_counter() - t0
+    ray.shutdown()
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    npu_seconds = sum(t.user_attrs["npu_s"] for t in done)
+    longest = max(t.user_attrs["wall_s"] for t in done)
+    bound = max(npu_seconds / 64, longest)
+    sizes = {n: sum(1 for t in done if t.params["rl_config.actor_resource.num_npus"] == n) for n in (4, 8, 16)}
+    print(f"NPU packing: {len(done)} trials {sizes} on 64 NPUs in {wall:.1f} s; {npu_seconds:.0f} NPU-s used; "
+          f"utilisation {npu_seconds / (64 * wall):.1%}; packing bound {bound:.1f} s -> {bound / wall:.1%} of the bound "
+          f"(target >= 90 %)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--tune-trials", type=int, default=20)
+    parser.add_argument("--npu-trials", type=int, default=48)
+    args = parser.parse_args()
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        ours = noop_overhead(Path(tmp), args.trials)
+        if args.tune_trials:
+            theirs = tune_overhead(args.tune_trials)
+            print(f"ratio: Ray Tune spends {theirs / ours:.1f}x grpo-sweep's per-trial overhead")
+        if args.npu_trials:
+            npu_packing(Path(tmp), args.npu_trials)
+
+
+if __name__ == "__main__":
+    main()
