@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import optuna
 
 from grpo.errors import UserError
@@ -26,8 +28,25 @@ def find_study(spec) -> optuna.Study | None:
 
 
 def open_study(spec) -> tuple[optuna.Study, bool]:
-    """Create the study or resume it. Returns (study, resumed). Refuses a changed spec (see ``--fork``)."""
+    """Create the study or resume it. Returns (study, resumed). Refuses a changed spec (see ``--fork``).
+
+    Two drivers starting at once on a fresh RDB race to create Optuna's tables (a unique-key error from
+    PostgreSQL for one of them): the loser retries after a short pause, when the tables exist.
+    """
     spec.study_dir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(5):
+        try:
+            return _open_study(spec)
+        except UserError:
+            raise
+        except Exception as err:  # sqlalchemy IntegrityError/ProgrammingError from the table-creation race
+            if attempt == 4 or "sqlalchemy" not in type(err).__module__ + str(type(err).__mro__):
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _open_study(spec) -> tuple[optuna.Study, bool]:
     storage = storage_for(spec)
     directions = [o.direction for o in spec.objectives]
     existing = find_study(spec)
