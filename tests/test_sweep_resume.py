@@ -142,3 +142,31 @@ def test_two_drivers_on_postgresql_share_the_budget(tmp_path, postgres_url):
                       storage=postgres_url, backend="sweep_test_backends:SlowCurveBackend")
     _run_two_drivers(tmp_path, spec)
     _assert_shared_budget(load(tmp_path, storage=postgres_url), 6)
+
+
+def test_ctrl_c_stops_sampling_lets_trials_stop_and_leaves_a_resumable_study(tmp_path):
+    spec = write_spec(tmp_path, trials=3, concurrency=1,
+                      overrides=["megatron_training.train_iters=30", "megatron_training.save_interval=5"],
+                      search={"rl_config.clip_ratio": "choice(0.1, 0.2, 0.3)"}, sampler={"name": "grid"},
+                      backend="sweep_test_backends:SlowCurveBackend")
+    proc = start_cli(["run", str(spec), "--no-report"], cwd=tmp_path)
+    first = tmp_path / "studies" / "s" / "trials" / "0" / "metrics.jsonl"
+    _wait_for(lambda: _lines(first) >= 7 or proc.poll() is not None, 120, "trial 0 to checkpoint")
+    proc.send_signal(signal.SIGINT)  # the driver only, as a terminal's Ctrl-C reaches the foreground job
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "rerun the same command to resume" in out
+    study = load(tmp_path)
+    # No new trial was sampled; the running one stopped and its retry waits for the next run.
+    assert states(study) == {"FAIL": 1, "WAITING": 1}
+    (stopped,) = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert "interrupted" in stopped.user_attrs["failure_reason"] and stopped.user_attrs["retried"]
+    assert stopped.last_step < 30
+
+    done = run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    study = load(tmp_path)
+    assert states(study) == {"FAIL": 1, "COMPLETE": 3}
+    (retry,) = [t for t in study.trials if t.user_attrs.get("retry_of") == 0]
+    assert retry.user_attrs["attempt"] == 1  # an interruption does not use up a retry
+    assert list(retry.user_attrs["resumed_at_iteration"].values())[0] >= 5

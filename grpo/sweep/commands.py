@@ -45,14 +45,11 @@ def cmd_run(args) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     console = Console(stderr=False)
     progress = None if args.quiet else LiveProgress(spec, console)
-    try:
-        if progress is not None:
-            with progress:
-                study = run_study(spec, fork=args.fork, no_plan=args.no_plan, progress=progress)
-        else:
-            study = run_study(spec, fork=args.fork, no_plan=args.no_plan, quiet=True)
-    finally:
-        pass
+    if progress is not None:
+        with progress:
+            study = run_study(spec, fork=args.fork, no_plan=args.no_plan, progress=progress)
+    else:
+        study = run_study(spec, fork=args.fork, no_plan=args.no_plan, quiet=True)
     if args.fork:
         from grpo.sweep.driver import forked
 
@@ -61,6 +58,9 @@ def cmd_run(args) -> int:
     if not args.no_report:
         path = _write_report(spec, study, report_dir(spec))
         console.print(f"report: {path}")
+    if study.user_attrs.get("interrupted"):
+        console.print("interrupted: rerun the same command to resume")
+        return 130
     return 0
 
 

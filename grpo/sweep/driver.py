@@ -103,6 +103,7 @@ def run_study(spec, *, fork: str | None = None, no_plan: bool = False, quiet: bo
     study.pruner = make_pruner(spec)
     driver = _Driver(spec, space, backend, study, no_plan=no_plan, quiet=quiet, progress=progress)
     driver.loop()
+    study.set_user_attr("interrupted", driver.interrupted)  # read by `grpo-sweep run` for its exit code
     return study
 
 
@@ -115,6 +116,7 @@ class _Driver:
         self.pending: _Live | None = None  # asked, but waiting for room on the cluster
         self.multi = len(spec.objectives) > 1
         self._base_cfg = None
+        self.interrupted = False
         from grpo.sweep.objectives import get_reducer
 
         self.reducers = [get_reducer(o.reduce, getattr(o, "k", None)) for o in spec.objectives]
@@ -177,6 +179,7 @@ class _Driver:
                     if self.progress is not None:
                         self.progress.update(self)
             finally:
+                self.interrupted = interrupt.count > 0
                 self._abandon_pending()
                 self.sched.shutdown()
 
@@ -259,6 +262,7 @@ class _Driver:
         if self._base_cfg is None:  # compose with Hydra once; per-trial values are applied on top
             self._base_cfg = load_config(spec.base, list(spec.overrides))
         base_seed = int(self._base_cfg.megatron_training.seed)
+        param_overrides = param_overrides + _absolute_paths(self._base_cfg, param_overrides)
         runs, resumed = [], False
         for k in range(spec.seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
@@ -442,6 +446,26 @@ class _Driver:
             self.progress.log(message)
         elif not self.quiet:
             print(message, flush=True)
+
+
+_PATH_KEYS = ("megatron_training.data_path", "megatron_training.tokenizer_name_or_path", "actor_config.load")
+
+
+def _absolute_paths(cfg, overrides: list[str]) -> list[str]:
+    """Relative paths in the config resolved against the driver's working directory: a Ray worker may
+    run elsewhere (another cwd, another node with the same mounts)."""
+    out = []
+    for key in _PATH_KEYS:
+        if any(o.startswith(f"{key}=") for o in overrides):
+            continue
+        section, field = key.split(".")
+        value = getattr(getattr(cfg, section), field)
+        if not isinstance(value, str) or not value or Path(value).is_absolute():
+            continue
+        path = (Path.cwd() / value).resolve()
+        if path.exists() or key == "megatron_training.data_path":  # data is generated on first use
+            out.append(f"{key}={path}")
+    return out
 
 
 def _tracking_overrides(spec, number: int, seed_index: int) -> list[str]:

@@ -59,6 +59,11 @@ REPORTED_LINES = 30  # lines attached to TrialFailed
 DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
 
 
+def _interpreter(python: str) -> str:
+    """A bare name (``python3``) is looked up on PATH at launch; a path gets ``~`` expanded."""
+    return str(Path(python).expanduser()) if ("/" in python or python.startswith("~")) else python
+
+
 @dataclass
 class MindSpeedSettings:
     """The spec's ``mindspeed:`` section as the backend uses it (see docs/contracts.md, MindSpeedSpec).
@@ -95,7 +100,7 @@ class MindSpeedSettings:
         grace = data.get("kill_grace")
         return cls(
             path=Path(path).expanduser().resolve() if path else None,
-            python=str(data.get("python") or sys.executable),
+            python=_interpreter(str(data.get("python") or sys.executable)),
             entry=str(data.get("entry") or "cli/train_grpo.py"),
             env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
             stall_timeout=float(data.get("stall_timeout") or 1800.0),
@@ -190,8 +195,8 @@ def checkpoint_problems(cfg, settings: MindSpeedSettings) -> list[str]:
     except ValueError as err:
         return [f"{settings.source}: {err}"]
     if not weights:
-        return [f"{settings.source}: layout {layout}: no Megatron checkpoint named; set mindspeed.checkpoints.{layout}, "
-                f"mindspeed.checkpoints.pattern or actor_config.load"]
+        return [f"{settings.source}: layout {layout}: no Megatron checkpoint named; set "
+                f"mindspeed.checkpoints.{layout}, mindspeed.checkpoints.pattern or actor_config.load"]
     path = settings.resolve(weights)
     if not path.is_dir():
         return [f"{settings.source}: layout {layout}: Megatron checkpoint {path} not found ({key}); convert the "
@@ -228,7 +233,8 @@ def render_trial_config(cfg, run_dir: Path, settings: MindSpeedSettings, resume:
     """Write ``<run dir>/mindspeed_config/{grpo_trainer.yaml, model/<name>.yaml}`` and return the plan.
 
     Every trial saves into its own ``actor_config.save``: an absolute path as given, a relative one (or
-    none) under the run dir, never into the shared checkout. A fresh run loads the layout's converted checkpoint. ``resume=True`` loads the
+    none) under the run dir, never into the shared checkout. A fresh run loads the layout's converted
+    checkpoint. ``resume=True`` loads the
     newest checkpoint of ``actor_config.load`` (set by the driver to the failed attempt's save dir) or
     else of this run's own save dir, with MindSpeed-RL's resume keys: ``finetune: false``,
     ``no_load_optim: false``, ``no_load_rng: false`` and
@@ -441,7 +447,8 @@ class MindSpeedBackend(TrialBackend):
             log.flush()
             return self._supervise(cmd, settings, plan, report, log, metrics_out)
 
-    def _supervise(self, cmd, settings: MindSpeedSettings, plan: LaunchPlan, report: ReportFn, log, metrics_out) -> dict:
+    def _supervise(self, cmd, settings: MindSpeedSettings, plan: LaunchPlan, report: ReportFn, log,
+                   metrics_out) -> dict:
         """Stream the subprocess's output until it exits, is pruned, or stalls (see the module docstring)."""
         proc = subprocess.Popen(cmd, cwd=settings.path, env=launch_env(settings), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -493,7 +500,8 @@ class MindSpeedBackend(TrialBackend):
             if proc.stdout:
                 proc.stdout.close()
         summary = {"iterations": last_iteration, "stopped_early": stopped, "returncode": returncode,
-                   "metrics": last_metrics, "checkpoint": str(plan.save_dir), "resumed_from": plan.start_iteration or None}
+                   "metrics": last_metrics, "checkpoint": str(plan.save_dir),
+                   "resumed_from": plan.start_iteration or None}
         if stopped:
             return summary
         reason = classify_failure(tail, returncode)

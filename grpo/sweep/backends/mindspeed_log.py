@@ -2,13 +2,14 @@
 
 MindSpeed-RL's trainer logs one line per GRPO iteration through ``mindspeed_rl.utils.loggers.Loggers``::
 
-    2025-06-01 12:00:00,123 - INFO - [2025-06-01 12:00:00] iteration: 12 / 500 | timing/all : 41.2000 | actor/lr : 1.000000e-06 | grpo/score/mean : 0.5100 | e2e_tps : 210.0000
+    2025-06-01 12:00:00,123 - INFO - [2025-06-01 12:00:00] iteration: 12 / 500 | timing/all : 41.2000 |
+    actor/lr : 1.000000e-06 | grpo/score/mean : 0.5100 | e2e_tps : 210.0000          (one line)
 
 The trainer runs inside a Ray task, so the driver prints the line behind Ray's prefix
 (``(train pid=1234)`` or ``(IntegratedWorker pid=1234, ip=10.0.0.2)``), sometimes coloured with ANSI
 codes and, with log de-duplication on, followed by ``[repeated 3x across cluster]``. ``parse_metrics_line``
 finds the ``iteration: N / M |`` part wherever it sits and reads every ``name : number`` field after it.
-Older MindSpeed-RL releases (before mid 2025) printed some metrics under other names; ``normalise``
+Older MindSpeed-RL releases (up to mid 2025) printed some metrics under other names; ``normalise``
 maps them to the names the rest of grpo-sweep uses. A line that is not a metrics line gives ``None``:
 it stays in the log and is never an error.
 
@@ -120,9 +121,11 @@ FAILURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("host out of memory", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"),
         # torch_npu: "RuntimeError: NPU out of memory. Tried to allocate ..."; CANN: "EL0004 ... Failed to
         # allocate memory"; torch's generic "... out of memory" and OutOfMemoryError.
-        ("NPU out of memory", r"NPU out of memory|\bEL0004\b|Failed to allocate memory|\bout of memory\b|OutOfMemoryError"),
+        ("NPU out of memory", r"NPU out of memory|\bEL0004\b|Failed to allocate memory|\bout of memory\b|"
+                              r"OutOfMemoryError"),
         # vLLM refusing a KV cache that cannot hold one max_model_len sequence.
-        ("KV cache does not fit", r"No available memory for the cache blocks|maximum number of tokens that can be stored in KV cache"),
+        ("KV cache does not fit", r"No available memory for the cache blocks|"
+                                  r"maximum number of tokens that can be stored in KV cache"),
         # CANN/HCCL: EI0002 notify wait timeout (HCCL_EXEC_TIMEOUT), EI0006 socket timeout
         # (HCCL_CONNECT_TIMEOUT), "hccl fftsplus task timeout", torch's collective watchdog timeout.
         # Word boundaries keep env-var names such as HCCL_EXEC_TIMEOUT (printed at start-up) out.
