@@ -262,7 +262,8 @@ class _Driver:
         if self._base_cfg is None:  # compose with Hydra once; per-trial values are applied on top
             self._base_cfg = load_config(spec.base, list(spec.overrides))
         base_seed = int(self._base_cfg.megatron_training.seed)
-        param_overrides = param_overrides + _absolute_paths(self._base_cfg, param_overrides)
+        if spec.backend != "mindspeed":  # MindSpeed-RL resolves its paths against its own checkout
+            param_overrides = param_overrides + _absolute_paths(self._base_cfg, param_overrides)
         runs, resumed = [], False
         for k in range(spec.seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
@@ -297,7 +298,7 @@ class _Driver:
         }
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
-        env = {"GRPO_SWEEP_RAY_ADDRESS": str(self.spec.cluster.address)}
+        env = {"GRPO_SWEEP_RAY_ADDRESS": str(self.spec.cluster.address), **self.backend.job_env(spec)}
         job = TrialJob(number=trial.number, backend=spec.backend, runs=runs, resume=resumed, env=env,
                        driver={"host": self.me["host"], "pid": self.me["pid"]})
         return job, options
@@ -377,7 +378,7 @@ class _Driver:
         result = fin.result or {}
         wall = time.time() - live.started_wall
         attrs = {"end": _now_iso(), "wall_s": wall, "cpu_s": float(result.get("cpu_s", 0.0)),
-                 "npu_s": wall * float((live.options.get("resources") or {}).get("NPU", 0)),
+                 "npu_s": wall * _npus(live.options),
                  "node": result.get("node"), "devices": result.get("devices") or []}
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
@@ -466,6 +467,12 @@ def _absolute_paths(cfg, overrides: list[str]) -> list[str]:
         if path.exists() or key == "megatron_training.data_path":  # data is generated on first use
             out.append(f"{key}={path}")
     return out
+
+
+def _npus(options: dict) -> float:
+    """NPUs a trial holds: Ray's ``NPU`` resource, or the mindspeed backend's admission slots."""
+    res = options.get("resources") or {}
+    return float(res.get("NPU", 0) or res.get("npu_slots", 0))
 
 
 def _tracking_overrides(spec, number: int, seed_index: int) -> list[str]:

@@ -33,6 +33,11 @@ class TrialBackend(abc.ABC):
         """Ray options for the trial's task/actor, e.g. ``{"num_cpus": 1}``."""
         return {"num_cpus": max(1, int(getattr(cfg.engine, "num_threads", 1)))}
 
+    @staticmethod
+    def job_env(spec) -> dict[str, str]:
+        """Environment variables the driver sets in the trial's worker (e.g. the spec's backend section)."""
+        return {}
+
     def check(self, cfg, spec) -> list[str]:
         """Problems that must stop a trial before launch (beyond the config's own rules)."""
         return []

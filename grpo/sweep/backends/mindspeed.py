@@ -55,6 +55,7 @@ TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's checkpoint tracker f
 RAY_INTERNAL_ENV = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_OVERRIDE_NODE_ID_FOR_TESTING")
 TAIL_LINES = 400  # lines kept for classifying a failure
 REPORTED_LINES = 30  # lines attached to TrialFailed
+LEFTOVER_QUIET_S = 2.0  # after the main process exits, how long its leftover children may keep printing
 # A non-finite value of one of these means the run diverged (as the embedded engine's TrainingDiverged).
 DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
 
@@ -464,6 +465,10 @@ class MindSpeedBackend(TrialBackend):
                     raw = lines.get(timeout=0.5)
                 except queue.Empty:
                     silent = time.monotonic() - last_output
+                    if proc.poll() is not None and silent > LEFTOVER_QUIET_S and _group_alive(proc.pid):
+                        # MindSpeed-RL's process is gone but a child still holds the pipe open: end it.
+                        stop_process_group(proc, settings.kill_grace)
+                        continue
                     if silent > settings.stall_timeout:
                         stop_process_group(proc, settings.kill_grace)
                         raise TrialFailed(f"stalled: no output for {silent:.0f} s (mindspeed.stall_timeout "

@@ -1,0 +1,166 @@
+"""The layout table of ``grpo-sweep validate SPEC``: per layout, DP, memory estimate and verdict.
+
+Rows are the layouts of the spec's ``layout`` search dimension (or the base config's layout when the
+layout is not searched), crossed with the other searched keys that change memory and take a few
+discrete values (micro batch size, recompute, vLLM settings ...). Continuous keys and conditional
+(``when:``) keys keep their base value.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from rich.table import Table
+
+from grpo.plan.memory import Estimate, estimate
+
+# Searched keys that change the estimate (prefixes); others do not add rows.
+MEMORY_KEYS = (
+    "actor_config.micro_batch_size", "actor_config.tensor_model_parallel_size",
+    "actor_config.pipeline_model_parallel_size", "megatron_training.recompute_", "megatron_training.sequence_parallel",
+    "megatron_training.use_flash_attn", "megatron_training.use_distributed_optimizer", "megatron_training.bf16",
+    "rl_config.max_prompt_length", "rl_config.actor_forward_micro_batch_size", "rl_config.ref_forward_micro_batch_size",
+    "rl_config.actor_resource.num_npus", "rl_config.mini_batch_size", "rl_config.n_samples_per_prompt",
+    "generate_config.infer_tensor_parallel_size", "generate_config.gpu_memory_utilization",
+    "generate_config.max_num_seqs", "generate_config.max_model_len", "generate_config.max_num_batched_tokens",
+    "generate_config.offload_", "generate_config.sampling_config.max_tokens",
+)
+MAX_ROWS = 48
+
+
+@dataclass
+class LayoutRow:
+    """One row: its label, the searched values it stands for, and the estimate or the config problem."""
+
+    label: str
+    params: dict[str, Any] = field(default_factory=dict)
+    estimate: Estimate | None = None
+    problem: str | None = None  # the config rule it breaks (then no estimate)
+    launch_problems: list[str] = field(default_factory=list)  # the backend's check (e.g. checkpoint missing)
+
+    @property
+    def verdict(self) -> str:
+        if self.estimate is None:
+            return "invalid"
+        if not self.estimate.feasible:
+            return "does not fit"
+        return "blocked" if self.launch_problems else "fits"
+
+
+def _spec_points(spec) -> list[dict[str, Any]]:
+    """Layout x memory-relevant discrete values of the spec's search space, at most MAX_ROWS."""
+    from grpo.sweep.space import SearchSpace, distribution_values
+
+    space = SearchSpace.from_spec(spec)
+    dims: dict[str, list[Any]] = {}
+    for param in space.params:
+        values = distribution_values(param.distribution)
+        relevant = param.key == "layout" or param.key.startswith(MEMORY_KEYS)
+        if values and relevant and not param.when:
+            dims[param.key] = values
+    keys = sorted(dims, key=lambda k: k != "layout")  # the layout first
+    points = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(dims[k] for k in keys))]
+    return points[:MAX_ROWS] if points else [{}]
+
+
+def _label(cfg, params: Mapping[str, Any]) -> str:
+    if cfg is None:
+        name = str(params.get("layout", "base"))
+    else:
+        actor = cfg.actor_config
+        name = str(params.get("layout") or cfg.layout
+                   or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}")
+    extra = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in params.items() if k != "layout")
+    return f"{name} ({extra})" if extra else name
+
+
+def _spec_backend(spec):
+    from grpo.sweep.backends.registry import load_backend
+
+    try:
+        return load_backend(spec.backend)
+    except Exception:  # a user's backend that cannot be imported here: show memory only
+        return None
+
+
+def layout_rows(spec_or_cfgs, device_memory_gb: float | None = None) -> list[LayoutRow]:
+    """Rows for a SweepSpec (its layouts, see the module docstring) or for configs given directly.
+
+    Configs may come as a mapping label -> config, pairs (label, config), or bare configs (rows
+    already computed pass through).
+    ``device_memory_gb`` defaults to the spec's ``plan.device_memory_gb`` (else 64). For a spec, each
+    row also carries its backend's launch problems (``TrialBackend.check``: for mindspeed, the
+    layout's Megatron checkpoint and the MindSpeed-RL checkout).
+    """
+    from grpo.errors import UserError
+
+    if hasattr(spec_or_cfgs, "search") and hasattr(spec_or_cfgs, "base"):
+        spec = spec_or_cfgs
+        from grpo.config import load_config
+
+        device = device_memory_gb or float(getattr(getattr(spec, "plan", None), "device_memory_gb", 64.0))
+        from grpo.sweep.space import format_value
+
+        backend = _spec_backend(spec)
+        rows = []
+        for params in _spec_points(spec):
+            overrides = list(spec.overrides) + [f"{k}={format_value(v)}" for k, v in params.items()]
+            try:
+                cfg = load_config(spec.base, overrides)
+            except UserError as err:
+                rows.append(LayoutRow(_label(None, params), params, None, err.problems[0]))
+                continue
+            launch = list(backend.check(cfg, spec)) if backend is not None else []
+            rows.append(LayoutRow(_label(cfg, params), params, estimate(cfg, device), launch_problems=launch))
+        return rows
+    device = device_memory_gb or 64.0
+    items: Iterable = spec_or_cfgs.items() if isinstance(spec_or_cfgs, Mapping) else spec_or_cfgs
+    rows = []
+    for item in items:
+        if isinstance(item, LayoutRow):  # rows computed already
+            rows.append(item)
+            continue
+        label, cfg = item if isinstance(item, tuple) else (_label(item, {}), item)
+        rows.append(LayoutRow(label, {}, estimate(cfg, device)))
+    return rows
+
+
+def _short(message: str) -> str:
+    """A problem line without its leading ``file: `` (the table is about one spec already)."""
+    head, sep, rest = message.partition(": ")
+    return rest if sep and head.endswith((".yaml", ".yml", "spec")) else message
+
+
+def _why(row: LayoutRow) -> str:
+    est = row.estimate
+    if est is None:
+        return _short(row.problem or "")
+    if not est.feasible:
+        return est.reason
+    headroom = est.usable_gb - max(est.train_peak_gb, est.generation_peak_gb)
+    parts = [f"{headroom:.1f} GiB headroom", *est.notes, *(_short(p) for p in row.launch_problems)]
+    return "; ".join(parts)
+
+
+def layout_table(spec_or_cfgs, device_memory_gb: float | None = None) -> Table:
+    """A rich Table of ``layout_rows``: TP x PP x DP, infer TP, GiB per NPU, KV cache, verdict, reason."""
+    rows = layout_rows(spec_or_cfgs, device_memory_gb)
+    device = next((r.estimate.device_gb for r in rows if r.estimate), device_memory_gb or 64.0)
+    table = Table(title=f"layouts on {device:g} GiB NPUs (memory planner, docs/planner.md)")
+    for name, justify in (("layout", "left"), ("TPxPPxDP", "center"), ("infer TP", "right"),
+                          ("params/NPU", "right"), ("train GiB", "right"), ("generate GiB", "right"),
+                          ("KV seqs", "right"), ("verdict", "left"), ("why", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for row in rows:
+        est = row.estimate
+        if est is None:
+            table.add_row(row.label, "", "", "", "", "", "", "[red]invalid[/red]", _why(row))
+            continue
+        colour = {"fits": "green", "blocked": "yellow"}.get(row.verdict, "red")
+        reason = _why(row)
+        table.add_row(row.label, f"{est.train_tp}x{est.train_pp}x{est.train_dp}", str(est.infer_tp),
+                      f"{est.params_per_npu:.2f}B", f"{est.train_peak_gb:.1f}", f"{est.generation_peak_gb:.1f}",
+                      str(est.kv_sequences), f"[{colour}]{row.verdict}[/{colour}]", reason)
+    return table
