@@ -1,0 +1,385 @@
+"""A study as two pandas frames: one row per trial, and every per-iteration metric in long form.
+
+``collect(study)`` works from the study storage and the trial dirs alone, so it answers for a finished
+study, a running one, and one whose driver was killed: a trial dir that is missing is skipped, a
+``metrics.jsonl`` whose last line was cut off mid-write is read up to that line.
+
+    from grpo.report import collect
+    frames = collect(study)
+    frames.trials      # number, state, params_*, value (or values_*), seed_spread, duration_s, ...
+    frames.metrics     # trial, seed, iteration, metric, value
+    frames.metrics.query("metric == 'acc_rewards/mean'").pivot_table(index="iteration", columns="trial")
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+from grpo.report._snapshot import StudySnapshot, snapshot
+
+METRIC_COLUMNS = ["trial", "seed", "iteration", "metric", "value"]
+
+# The trial attrs copied into the trials frame as they are (strings or numbers).
+_PLAIN_ATTRS = ("wall_s", "cpu_s", "npu_s", "failure_reason", "pruned_reason", "node", "attempt", "retry_of")
+
+
+@dataclass(frozen=True)
+class Frames:
+    """``trials``: one row per trial; ``metrics``: long per-iteration metrics (``METRIC_COLUMNS``).
+
+    ``flags`` maps a trial number to its GRPO diagnostics (``grpo.report.diagnostics.Flag``); the
+    ``flags`` column of ``trials`` holds their names.
+    """
+
+    trials: pd.DataFrame
+    metrics: pd.DataFrame
+    flags: dict = field(default_factory=dict)
+
+
+def collect(study: optuna.Study) -> Frames:
+    """Read ``study`` (storage + trial dirs) into ``Frames``; see the module docstring."""
+    from grpo.report.diagnostics import diagnose
+
+    snap = snapshot(study)
+    dirs = trial_dirs(snap)
+    metrics = read_metrics(snap, dirs)
+    flags = diagnose(snap, metrics)
+    trials = trials_frame(snap, metrics, flags, dirs)
+    return Frames(trials=trials, metrics=metrics, flags=flags)
+
+
+# ------------------------------------------------------------------------------------------ naming
+def value_columns(study: optuna.Study) -> list[str]:
+    """The objective value columns of Optuna's trials dataframe: ``value`` or ``values_0``, ``values_1``..."""
+    names = study.metric_names
+    if len(study.directions) == 1:
+        return ["value" if names is None else f"value_{names[0]}"]
+    return [f"values_{n}" for n in (names or range(len(study.directions)))]
+
+
+def spread_columns(study: optuna.Study) -> list[str]:
+    """``seed_spread`` (one objective) or ``seed_spread_0``, ``seed_spread_1``... (one per objective)."""
+    n = len(study.directions)
+    return ["seed_spread"] if n == 1 else [f"seed_spread_{i}" for i in range(n)]
+
+
+def objectives(study: optuna.Study) -> list[dict]:
+    """The study's objectives as ``{"metric", "direction", "reduce"}``, from its ``objectives`` attr.
+
+    A study made outside grpo-sweep has no such attr: its objectives are named ``objective 0``... with
+    the study's directions.
+    """
+    stored = study.user_attrs.get("objectives") or []
+    out = []
+    for i, direction in enumerate(study.directions):
+        entry = dict(stored[i]) if i < len(stored) and isinstance(stored[i], dict) else {}
+        entry.setdefault("metric", f"objective {i}" if len(study.directions) > 1 else "objective")
+        entry["direction"] = "maximize" if direction == optuna.study.StudyDirection.MAXIMIZE else "minimize"
+        entry.setdefault("reduce", None)
+        out.append(entry)
+    return out
+
+
+# -------------------------------------------------------------------------------------- trial dirs
+def _candidates(trial: FrozenTrial, study_dir: str | None) -> list[str]:
+    # Plain strings: pathlib costs more than the file system here at 10,000 trials.
+    paths = []
+    if trial.user_attrs.get("trial_dir"):
+        paths.append(os.path.normpath(str(trial.user_attrs["trial_dir"])))
+    if study_dir:
+        path = os.path.join(study_dir, "trials", str(trial.number))
+        if path not in paths:  # usually the same path as the attr
+            paths.append(path)
+    return paths
+
+
+def _study_dir(study: optuna.Study) -> str | None:
+    value = study.user_attrs.get("study_dir")
+    return os.path.normpath(str(value)) if value else None
+
+
+def trial_dir(trial: FrozenTrial, study: optuna.Study) -> Path | None:
+    """The trial's dir: its ``trial_dir`` attr, else ``<study_dir>/trials/<number>``; None if neither exists."""
+    return next((Path(p) for p in _candidates(trial, _study_dir(study)) if os.path.isdir(p)), None)
+
+
+def trial_dirs(study: optuna.Study) -> dict[int, Path | None]:
+    """``trial_dir`` of every trial of ``study``, listing each parent folder once instead of one
+    ``stat`` per trial (10,000 trials on a network or overlay file system add up)."""
+    listings: dict[str, set[str]] = {}
+
+    def exists(path: str) -> bool:
+        parent, name = os.path.split(path)
+        if parent not in listings:
+            try:
+                with os.scandir(parent or ".") as entries:
+                    listings[parent] = {entry.name for entry in entries if entry.is_dir()}
+            except OSError:
+                listings[parent] = set()
+        return name in listings[parent]
+
+    study_dir = _study_dir(study)
+    out: dict[int, Path | None] = {}
+    for t in study.get_trials(deepcopy=False):
+        found = next((p for p in _candidates(t, study_dir) if exists(p)), None)
+        out[t.number] = Path(found) if found else None
+    return out
+
+
+def _metric_files(directory: str) -> list[tuple[list[str], int | None]]:
+    """The non-empty lines of a trial dir's ``metrics.jsonl`` files, each with the seed index its folder
+    implies (None: top level).
+
+    The driver writes every seed into the top-level file (each line carries ``"seed"``); per-seed
+    subfolders (``seed<k>/``, ``runs/seed<k>/``) are read only when that file is absent.
+    """
+    top = _lines(os.path.join(directory, "metrics.jsonl"))
+    if top is not None:
+        return [(top, None)]
+    found = []
+    for pattern in ("seed*/metrics.jsonl", "runs/seed*/metrics.jsonl"):
+        for path in sorted(Path(directory).glob(pattern)):
+            suffix = path.parent.name[len("seed"):]
+            lines = _lines(str(path))
+            if lines is not None:
+                found.append((lines, int(suffix) if suffix.isdigit() else None))
+    return found
+
+
+def _lines(path: str) -> list[str] | None:
+    """The non-empty lines of a text file, or None when it cannot be read (absent, a folder ...)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    return [line for line in (raw.strip() for raw in text.splitlines()) if line]
+
+
+def _seed_values(trial: FrozenTrial) -> list:
+    seeds = trial.user_attrs.get("seeds")
+    if isinstance(seeds, list):
+        return seeds
+    return []
+
+
+_IDS = ("\0trial", "\0seed", "\0iteration")  # id columns of the wide frame (no metric can be named so)
+
+
+def read_metrics(study: optuna.Study, dirs: dict[int, Path | None] | None = None) -> pd.DataFrame:
+    """Every trial's ``metrics.jsonl`` as a long frame (``METRIC_COLUMNS``), sorted by trial, seed, iteration.
+
+    A line that is not a JSON object with an ``iteration`` (the half-written last line of a running or
+    killed trial) is skipped, and so is any non-numeric value. A line without ``"seed"`` gets the
+    trial's first seed (its ``seeds`` attr; 0 when unknown), or, in a ``seed<k>/`` subfolder, the k-th.
+    When a resumed run wrote an iteration twice, the later line wins. A metric written as ``NaN`` is
+    kept (it is a divergence), a metric absent from a line is not.
+    """
+    dirs = trial_dirs(study) if dirs is None else dirs
+    rows: list[dict] = []  # one per line, metrics + the _IDS keys: melted into the long frame at once
+    nan_rows: list[dict] = []  # the rare lines holding a NaN: kept apart so NaN can mean "missing" in `rows`
+    for trial in study.get_trials(deepcopy=False):
+        directory = dirs.get(trial.number)
+        if directory is None:
+            continue
+        seeds = _seed_values(trial)
+        for lines, index in _metric_files(str(directory)):
+            k = index or 0
+            default_seed = seeds[k] if k < len(seeds) else k
+            for row, has_nan in _decode_lines(lines):
+                row[_IDS[0]] = trial.number
+                row[_IDS[1]] = default_seed  # the line's own "seed" wins in _long
+                (nan_rows if has_nan else rows).append(row)
+    frame = pd.concat([_long(rows, keep_nan=False), _long(nan_rows, keep_nan=True)], ignore_index=True)
+    frame = frame.astype({"trial": "int64", "seed": "int64", "iteration": "int64", "value": "float64"})
+    frame["metric"] = frame["metric"].astype(str)
+    # The later line wins: a stable sort keeps file order within (trial, seed, iteration, metric).
+    frame = frame.sort_values(["trial", "seed", "iteration"], kind="stable")
+    keys = ["trial", "seed", "iteration", "metric"]
+    if frame.duplicated(subset=keys[:3] + ["metric"]).any():
+        frame = frame.drop_duplicates(subset=keys, keep="last")
+    return frame.reset_index(drop=True)
+
+
+def _numbers(column: pd.Series) -> pd.Series:
+    """A column's numbers as floats, anything else (strings, bools, lists) as NaN."""
+    if pd.api.types.is_numeric_dtype(column) and column.dtype != bool:
+        return column.astype("float64")
+    return pd.Series([float(v) if type(v) in (int, float) else math.nan for v in column], index=column.index)
+
+
+def _long(rows: list[dict], keep_nan: bool) -> pd.DataFrame:
+    """JSON lines (dicts with the ``_IDS`` keys) as long rows; ``keep_nan=False`` drops NaN (= absent).
+
+    Lines without a finite numeric ``iteration`` are dropped; a numeric ``seed`` replaces the default.
+    """
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else ("str" if c == "metric" else "int64"))
+                             for c in METRIC_COLUMNS})
+    wide = pd.DataFrame.from_records(rows)
+    wide["\0line"] = range(len(wide))
+    iteration = _numbers(wide["iteration"]) if "iteration" in wide else pd.Series(math.nan, index=wide.index)
+    wide = wide[np.isfinite(iteration.to_numpy())]
+    wide[_IDS[2]] = iteration[wide.index].astype("int64")
+    if "seed" in wide:
+        seed = _numbers(wide["seed"])
+        wide[_IDS[1]] = seed.where(np.isfinite(seed), wide[_IDS[1]]).astype("int64")
+    metrics = [c for c in wide.columns if c not in _IDS and c not in ("\0line", "iteration", "seed")]
+    for name in metrics:
+        wide[name] = _numbers(wide[name])
+    long = wide.melt(id_vars=[*_IDS, "\0line"], value_vars=metrics, var_name="metric", value_name="value")
+    if not keep_nan:
+        long = long[long["value"].notna()]
+    else:  # only the keys a line really had
+        present = {(i, name) for i, row in enumerate(rows) for name in row}
+        long = long[[(i, m) in present for i, m in zip(long["\0line"], long["metric"])]]
+    # Back in line order, each line's metrics in the order the line wrote them (what the sort relies on).
+    long = long.sort_values("\0line", kind="stable")
+    long = long.rename(columns={_IDS[0]: "trial", _IDS[1]: "seed", _IDS[2]: "iteration"})
+    return long[METRIC_COLUMNS]
+
+
+def _decode_lines(lines: list[str]):
+    """``(object, has_nan)`` for each line that is a JSON object; lines that do not decode (a half-written
+    last one) are skipped. All lines are decoded at once when they can be (much faster), else one by one."""
+    nans = [0]
+
+    def constant(name: str) -> float:  # NaN, Infinity, -Infinity
+        nans[0] += name == "NaN"
+        return float(name)
+
+    decoder = json.JSONDecoder(parse_constant=constant)
+    try:
+        rows = decoder.decode("[" + ",".join(lines) + "]")
+        if len(rows) == len(lines) and not nans[0]:
+            yield from ((row, False) for row in rows if isinstance(row, dict))
+            return
+    except ValueError:
+        pass
+    for line in lines:
+        before = nans[0]
+        try:
+            row = decoder.decode(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            yield row, nans[0] > before
+
+
+# ---------------------------------------------------------------------------------- trials frame
+_OPTUNA_ATTRS = ("number", "value", "datetime_start", "datetime_complete", "duration", "params", "state")
+
+
+def trials_frame(study: optuna.Study, metrics: pd.DataFrame, flags: dict | None = None,
+                 dirs: dict[int, Path | None] | None = None) -> pd.DataFrame:
+    """One row per trial: Optuna's trials dataframe (number, value(s), params_*, state, times) plus
+
+    ``seeds`` (replicates), ``seed_values`` (JSON: per objective, the value of each seed),
+    ``seed_spread`` (std over seeds, one column per objective), ``duration_s`` (a running trial: so far),
+    ``wall_s``, ``cpu_s``, ``npu_s``, ``compute_s`` (NPU-seconds where the trial held NPUs, else
+    CPU-seconds, else wall seconds), ``last_iteration``, ``failure_reason``, ``pruned_reason``,
+    ``node``, ``devices``, ``attempt``, ``retry_of``, ``overrides`` (space-separated),
+    ``trial_dir`` and ``flags`` (comma-separated diagnostics).
+    """
+    snap = snapshot(study)
+    trials = snap.get_trials(deepcopy=False)
+    dirs = trial_dirs(snap) if dirs is None else dirs
+    values = value_columns(snap)
+    optuna_frame = snap.trials_dataframe(attrs=_OPTUNA_ATTRS)
+    if optuna_frame.empty:
+        optuna_frame = pd.DataFrame(columns=["number", *values, "datetime_start", "datetime_complete", "duration", "state"])
+    optuna_frame = optuna_frame.drop(columns=["duration"])
+    for col in values:
+        optuna_frame[col] = pd.to_numeric(optuna_frame[col], errors="coerce").astype("float64")
+
+    last_iteration = metrics.groupby("trial")["iteration"].max().to_dict() if len(metrics) else {}
+    now = dt.datetime.now()
+    extras = pd.DataFrame(
+        [_extras(t, snap, now, last_iteration.get(t.number), (flags or {}).get(t.number, []), dirs.get(t.number))
+         for t in trials],
+        columns=_EXTRA_COLUMNS + spread_columns(snap),
+    )
+    frame = pd.concat([optuna_frame.reset_index(drop=True), extras.reset_index(drop=True)], axis=1)
+    for col in ("duration_s", "wall_s", "cpu_s", "npu_s", "compute_s", "last_iteration", *spread_columns(snap)):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
+    frame["number"] = frame["number"].astype("int64")
+    return frame
+
+
+_EXTRA_COLUMNS = [
+    "seeds", "seed_values", "duration_s", "wall_s", "cpu_s", "npu_s", "compute_s", "last_iteration",
+    "failure_reason", "pruned_reason", "node", "devices", "attempt", "retry_of", "overrides", "trial_dir", "flags",
+]
+
+
+def _extras(trial: FrozenTrial, study: StudySnapshot, now: dt.datetime, last_iteration, flags, directory) -> list:
+    attrs = trial.user_attrs
+    plain = {key: attrs.get(key) for key in _PLAIN_ATTRS}
+    seeds = attrs.get("seeds")
+    n_seeds = len(seeds) if isinstance(seeds, list) else (seeds if isinstance(seeds, int) else None)
+    per_seed = attrs.get("values_per_seed")
+    spreads = _per_objective(attrs.get("value_spread"), len(study.directions))
+    duration = _duration_s(trial, now)
+    if last_iteration is None and trial.intermediate_values:
+        last_iteration = max(trial.intermediate_values)
+    overrides = attrs.get("overrides")
+    devices = attrs.get("devices")
+    row = {
+        "seeds": n_seeds,
+        "seed_values": json.dumps(per_seed) if per_seed is not None else None,
+        "duration_s": duration,
+        "compute_s": compute_seconds(plain["npu_s"], plain["cpu_s"], plain["wall_s"] if plain["wall_s"] is not None else duration),
+        "last_iteration": last_iteration,
+        "devices": ",".join(map(str, devices)) if isinstance(devices, list) else (None if devices is None else str(devices)),
+        "overrides": " ".join(map(str, overrides)) if isinstance(overrides, list) else overrides,
+        "trial_dir": str(directory) if directory is not None else attrs.get("trial_dir"),
+        "flags": ", ".join(f.name for f in flags) if flags else "",
+        **{k: (None if plain[k] is None else str(plain[k])) for k in ("failure_reason", "pruned_reason", "node")},
+        **{k: plain[k] for k in ("wall_s", "cpu_s", "npu_s")},
+        "attempt": _int_or_none(plain["attempt"]),
+        "retry_of": _int_or_none(plain["retry_of"]),
+    }
+    return [row[c] for c in _EXTRA_COLUMNS] + spreads
+
+
+def _per_objective(value, n: int) -> list:
+    """A scalar or per-objective list attr as ``n`` floats (None where missing)."""
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for i in range(n):
+        v = items[i] if i < len(items) else None
+        out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None)
+    return out
+
+
+def _int_or_none(value):
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _duration_s(trial: FrozenTrial, now: dt.datetime) -> float | None:
+    start, end = trial.datetime_start, trial.datetime_complete
+    if start is None:
+        return None
+    if end is None:
+        if trial.state != TrialState.RUNNING:
+            return None
+        end = now if start.tzinfo is None else dt.datetime.now(start.tzinfo)
+    return max(0.0, (end - start).total_seconds())
+
+
+def compute_seconds(npu_s, cpu_s, wall_s) -> float | None:
+    """Device-seconds a trial used: NPU-seconds when it held NPUs, else CPU-seconds, else wall seconds."""
+    for value in (npu_s, cpu_s, wall_s):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+            return float(value)
+    return None

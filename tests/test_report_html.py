@@ -1,0 +1,120 @@
+"""write_report(): every section of reports/<study>/index.html, escaping, multi-objective, partial studies."""
+
+from __future__ import annotations
+
+import re
+
+import optuna
+import pytest
+import yaml
+from plotly.offline import get_plotlyjs
+from report_fixtures import PAYLOAD, make_study
+
+from grpo.report import write_report
+
+PLOT_SECTIONS = ("history0", "importances0", "parallel", "slice", "contour", "curves", "compute0")
+SECTIONS = ("summary", "best", "diagnostics", *PLOT_SECTIONS, "trials", "details")
+
+
+def drawn(page: str) -> set[str]:
+    """Ids of sections that hold a figure (not a note)."""
+    return set(re.findall(r'<div class="plot" id="plot-([\w-]+)"', page))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("html")
+    study = make_study(tmp, payload=PAYLOAD)
+    index = write_report(study, tmp / "reports" / "s", spec_path="sweeps/s.yaml")
+    return study, index, index.read_text()
+
+
+def test_report_has_every_section_and_draws_every_plot(report):
+    study, index, page = report
+    assert index.name == "index.html"
+    for section in SECTIONS:
+        assert f'id="{section}"' in page, section
+    assert drawn(page) == set(PLOT_SECTIONS)
+    assert 'id="pareto"' not in page  # single objective
+    for number in range(6):
+        assert f'id="trial-{number}"' in page
+    # Header facts.
+    assert "sweeps/s.yaml" in page and "grpo_trainer_tiny_cpu" in page
+    assert "tpe (seed=0" in page and "median (warmup_steps=2" in page
+    assert "4 complete" in page and "1 pruned" in page and "1 fail" in page
+    assert "maximize acc_rewards/mean (reduce: last)" in page
+    # Best trial, its value and its config beside the report.
+    best = re.search(r'<section id="best">.*?</section>', page, re.S).group(0)
+    assert "Trial #5" in best and "acc_rewards/mean = 0.9" in best and 'href="best_config.yaml"' in best
+    config = yaml.safe_load((index.parent / "best_config.yaml").read_text())
+    assert config == study.trials[5].user_attrs["config"]
+    # Diagnostics are flagged in the table and the curves.
+    assert "entropy_collapse" in page and "kl_blowup" in page and "length_pinned" in page
+    assert "diagnostic flag" in page
+    # One plotly bundle, inlined; no network reference anywhere.
+    assert page.count("plotly.js v") == 1
+    ours = page.replace(get_plotlyjs(), "")
+    assert len(ours) < len(page) - 1_000_000
+    assert not re.search(r'(src|href)="(https?:)?//', ours) and "cdn" not in ours.lower()
+
+
+def test_detail_sections_diff_against_the_base_config_and_show_failure_logs(report):
+    _, _, page = report
+    trial0 = re.search(r'<section class="trial" id="trial-0">.*?</section>', page, re.S).group(0)
+    assert "Config diffs are against the base config grpo_trainer_tiny_cpu" in page
+    row = re.search(r"<tr><td><code>rl_config.clip_ratio</code></td><td>([^<]*)</td><td>([^<]*)</td></tr>", trial0)
+    assert row and row.group(2) == "0.1" and row.group(1) != "0.1"
+    failed = re.search(r'<section class="trial" id="trial-3">.*?</section>', page, re.S).group(0)
+    assert "Last log lines" in failed and "RuntimeError: boom" in failed and "out of memory" in failed
+
+
+def test_user_strings_are_escaped_everywhere(report):
+    """The payload is in the study name, a parameter value, a failure reason and a log line."""
+    _, _, page = report
+    assert PAYLOAD not in page
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert f"Study report_study {escaped}" in page                               # study name
+    assert f"<td>{escaped}</td>" in page                                         # layout param in the table
+    assert f"out of memory {escaped}" in page                                    # failure reason
+    assert f"RuntimeError: boom {escaped}" in page                               # log line
+    blocks = re.findall(r'<script type="application/json" id="fig-[\w-]+">(.*?)</script>', page, re.S)
+    assert len(blocks) == len(PLOT_SECTIONS)
+    assert all("<" not in block for block in blocks)                             # figure JSON: no raw '<'
+    assert any("alert(1)" in block for block in blocks)                          # ...and the value is there
+    # The only <script> elements are ours: plotly, one JSON block per figure, the table/plot code.
+    assert len(re.findall(r"<script[\s>]", page)) == 1 + len(PLOT_SECTIONS) + 1
+
+
+def test_multi_objective_study_gets_a_pareto_front(tmp_path):
+    study = make_study(tmp_path, name="mo", multi=True)
+    page = write_report(study, tmp_path / "out").read_text()
+    assert 'id="pareto"' in page and "pareto" in drawn(page)
+    assert {"history0", "history1", "importances0", "importances1", "compute0", "compute1"} <= drawn(page)
+    assert "Pareto-optimal trial(s)" in page
+    assert (tmp_path / "out" / "best_config.yaml").is_file()
+
+
+def test_running_interrupted_study_still_reports(tmp_path):
+    study = make_study(tmp_path, name="live", running=True)
+    page = write_report(study, tmp_path / "out").read_text()
+    assert "1 running" in page and "now (trials running)" in page
+    assert 'id="trial-6"' in page
+    assert "curves" in drawn(page)
+
+
+def test_few_trials_give_notes_not_crashes_and_a_base_that_no_longer_composes(tmp_path):
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log")))
+    study = optuna.create_study(study_name="tiny", storage=storage)
+    study.set_user_attr("base", "no_such_config")
+    empty = write_report(study, tmp_path / "empty").read_text()
+    assert "No completed trial yet." in empty and "No trials yet." in empty
+    assert not (tmp_path / "empty" / "best_config.yaml").exists()
+    trial = study.ask()
+    trial.set_user_attr("config", {"rl_config": {"clip_ratio": 0.2}})
+    study.tell(trial, 1.0)  # one completed trial and no parameter
+    page = write_report(study, tmp_path / "one").read_text()
+    assert re.search(r'id="importances0".*?needs at least 2 completed trials \(1 so far\)', page, re.S)
+    assert re.search(r'id="contour".*?needs at least 2 completed trials', page, re.S)
+    assert re.search(r'id="parallel".*?the study has no parameters', page, re.S)
+    assert "history0" in drawn(page)
+    assert "could not be composed here" in page and "trial #0&#x27;s config" in page
