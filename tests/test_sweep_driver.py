@@ -32,7 +32,7 @@ def _run(tmp_path, monkeypatch, **fields):
 
 
 def test_study_completes_trials_with_curve_objectives_in_storage(tmp_path, monkeypatch):
-    study = _run(tmp_path, monkeypatch, trials=4, objective={"metric": "grpo/score/mean", "reduce": "auc"})
+    _run(tmp_path, monkeypatch, trials=4, objective={"metric": "grpo/score/mean", "reduce": "auc"})
     reloaded = load(tmp_path)
     assert states(reloaded) == {"COMPLETE": 4}
     for t in reloaded.trials:

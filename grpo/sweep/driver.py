@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import signal
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import optuna
@@ -214,8 +212,7 @@ class _Driver:
     def _ask(self) -> tuple[_Live | None, str | None]:
         trial = self.study.ask()
         storage = self.study._storage
-        storage.set_trial_user_attr(trial._trial_id, "driver", self.me)
-        storage.set_trial_user_attr(trial._trial_id, "heartbeat", time.time())
+        storage.set_trial_user_attr(trial._trial_id, "driver", self.me)  # heartbeat: datetime_start until the first beat
         params = self.space.suggest(trial)
         number = trial.number
         # Two drivers may both see one budget slot left: the trial with the larger number yields.
@@ -287,15 +284,11 @@ class _Driver:
         config = runs[0].cfg.to_dict()
         (trial_dir / "config.yaml").write_text(yaml.dump(config, Dumper=_Dumper, sort_keys=False))
         (trial_dir / "overrides.yaml").write_text(yaml.dump(overrides, Dumper=_Dumper, sort_keys=False))
-        attrs = {
-            "overrides": overrides,
-            "config": config,
-            "seeds": [r.seed for r in runs],
-            "trial_dir": str(trial_dir),
-            "attempt": int(trial.user_attrs.get("attempt", 1)),
-            "start": _now_iso(),
-            "resources": options,
-        }
+        # Each attr is one journal write (and fsync): start/end times are Optuna's datetime_start/complete.
+        attrs = {"overrides": overrides, "config": config, "seeds": [r.seed for r in runs],
+                 "trial_dir": str(trial_dir), "resources": options}
+        if "attempt" not in trial.user_attrs:  # a retry carries its attempt from enqueue_trial
+            attrs["attempt"] = 1
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         env = {"GRPO_SWEEP_RAY_ADDRESS": str(self.spec.cluster.address), **self.backend.job_env(spec)}
@@ -377,11 +370,11 @@ class _Driver:
         trial = live.trial
         result = fin.result or {}
         wall = time.time() - live.started_wall
-        attrs = {"end": _now_iso(), "wall_s": wall, "cpu_s": float(result.get("cpu_s", 0.0)),
-                 "npu_s": wall * _npus(live.options),
+        attrs = {"wall_s": wall, "cpu_s": float(result.get("cpu_s", 0.0)), "npu_s": wall * _npus(live.options),
                  "node": result.get("node"), "devices": result.get("devices") or []}
         for key, value in attrs.items():
-            trial.set_user_attr(key, value)
+            if value or key == "wall_s":  # unset = zero / none: one journal write less
+                trial.set_user_attr(key, value)
         frozen = self.study._storage.get_trial(trial._trial_id)
         if fin.error is not None:
             reason = fin.error if live.stop_reason != "timeout" else f"timeout after {self.spec.timeout_per_trial} s (killed)"
@@ -536,7 +529,3 @@ def _tail(live: _Live, n: int = 20) -> list[str]:
 
 def _fmt_params(params: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}" for k, v in params.items())
-
-
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
