@@ -39,8 +39,8 @@ def test_tiny_config_composes_with_model_and_layout(tiny):
     assert arch.num_attention_heads == 4 and arch.num_query_groups == 2
     assert tiny.actor_config.tensor_model_parallel_size == 1
     assert tiny.rl_config.actor_resource.num_npus == 1
-    assert tiny.megatron_training.global_batch_size == 8
-    assert tiny.rl_config.mini_batch_size == 4 and tiny.rl_config.n_samples_per_prompt == 8
+    assert tiny.megatron_training.global_batch_size == 32
+    assert tiny.rl_config.mini_batch_size == 16 and tiny.rl_config.n_samples_per_prompt == 8
     assert tiny.actor_config.load is None and tiny.actor_config.save is None
     assert tiny.engine.device == "auto"
     assert tiny.generate_config.sampling_config.max_tokens == 24
@@ -100,7 +100,7 @@ def test_the_files_own_model_folder_wins_over_the_config_dir(tmp_path):
 
 def test_config_dir_argument_and_env(tmp_path, monkeypatch):
     shutil.copytree(CONFIGS, tmp_path / "cfgs")
-    text = (tmp_path / "cfgs" / "grpo_trainer_tiny_cpu.yaml").read_text().replace("train_iters: 30", "train_iters: 7")
+    text = (tmp_path / "cfgs" / "grpo_trainer_tiny_cpu.yaml").read_text().replace("train_iters: 150", "train_iters: 7")
     (tmp_path / "cfgs" / "grpo_trainer_tiny_cpu.yaml").write_text(text)
     assert load_config("grpo_trainer_tiny_cpu", config_dir=tmp_path / "cfgs").megatron_training.train_iters == 7
     monkeypatch.setenv("GRPO_CONFIG_DIR", str(tmp_path / "cfgs"))

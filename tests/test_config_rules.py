@@ -27,7 +27,7 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
     "global_batch_divisible_by_train_dp": [("tiny", [f"{NPUS}=4", f"{ITP}=2", f"{GBS}=6", f"{MINI}=2", f"{MBS}=4"],
                                             f"{GBS}=6 is not divisible by train DP=4 (num_npus / (TP*PP))")],
     "dp_share_divisible_by_micro_batch": [("tiny", [f"{MBS}=48"],
-                                           f"{GBS}/DP*rl_config.n_samples_per_prompt = 8/1*8 = 64 responses per "
+                                           f"{GBS}/DP*rl_config.n_samples_per_prompt = 32/1*8 = 256 responses per "
                                            f"rank is not divisible by {MBS}=48")],
     "heads_divisible_by_tp": [("7b", ["layout=tp8_pp1"],
                                f"model.qwen25_7b.num_attention_heads=28 is not divisible by {TP}=8")],
@@ -52,10 +52,10 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
                                                  f"{GBS}=7 is not divisible by generation DP = {NPUS}/{ITP} "
                                                  "= 2/1 = 2")],
     "mini_batch_divides_global_batch": [("tiny", [f"{MINI}=3", f"{MBS}=8"],
-                                         f"{GBS}=8 is not divisible by {MINI}=3 (both count prompts)")],
+                                         f"{GBS}=32 is not divisible by {MINI}=3 (both count prompts)")],
     "mini_batch_divisible_by_dp_micro_batches": [("tiny", [f"{MINI}=1"],
                                                   f"{MINI}*rl_config.n_samples_per_prompt = 1*8 = 8 responses per "
-                                                  f"optimizer step is not divisible by train DP*{MBS} = 1*16 = 16")],
+                                                  f"optimizer step is not divisible by train DP*{MBS} = 1*64 = 64")],
     "verifier_lengths_match": [("tiny", ["rl_config.verifier_weight=[1.0]"],
                                 "rl_config.verifier_function has 2 entries ['acc', 'strict_format'] but "
                                 "rl_config.verifier_weight has 1 [1.0]")],
@@ -65,7 +65,7 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
     "wandb_needs_project": [("tiny", ["rl_config.use_wandb=true"],
                              "rl_config.use_wandb=true needs rl_config.wandb_project (got '')")],
     "min_lr_not_above_lr": [("tiny", ["actor_config.min_lr=1e-3"],
-                             "actor_config.min_lr=0.001 is larger than actor_config.lr=0.0005")],
+                             "actor_config.min_lr=0.001 is larger than actor_config.lr=0.0002")],
     "recompute_method_needs_full": [
         ("tiny", ["megatron_training.recompute_method=block"],
          "megatron_training.recompute_method=block needs megatron_training.recompute_granularity=full (got None)"),
@@ -148,11 +148,11 @@ def test_single_field_rules(bases, override, message):
 def test_derived_values_follow_mindspeed_batch_arithmetic(bases):
     tiny = derive(bases["tiny"])
     assert (tiny.train_dp, tiny.generation_dp) == (1, 1)
-    assert tiny.rollouts_per_iteration == 64  # 8 prompts * 8 samples
-    assert tiny.mini_batch_responses == 32  # MindSpeed-RL: mini_batch_size * n_samples_per_prompt
-    assert tiny.optimizer_steps_per_iteration == 2  # 8 prompts / 4 per step
-    assert tiny.micro_batches_per_step == 2  # 32 responses / DP 1 / micro batch 16
-    assert tiny.tokens_per_iteration_max == 64 * (32 + 24)
+    assert tiny.rollouts_per_iteration == 256  # 32 prompts * 8 samples
+    assert tiny.mini_batch_responses == 128  # MindSpeed-RL: mini_batch_size * n_samples_per_prompt
+    assert tiny.optimizer_steps_per_iteration == 4  # 32 prompts / 16 per step, 2 epochs
+    assert tiny.micro_batches_per_step == 2  # 128 responses / DP 1 / micro batch 64
+    assert tiny.tokens_per_iteration_max == 256 * (32 + 24)
     big = derive(bases["7b"].with_overrides(["layout=tp2_pp2", "rl_config.epochs=2", "rl_config.mini_batch_size=8"]))
     assert (big.train_tp, big.train_pp, big.train_dp, big.infer_tp, big.generation_dp) == (2, 2, 4, 2, 8)
     assert big.optimizer_steps_per_iteration == 2 * 32 // 8

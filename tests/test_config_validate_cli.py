@@ -34,8 +34,8 @@ def test_validate_tiny_by_name_with_section_and_override(capsys):
     assert "derived layout: tp1_pp1_cpu, model tiny_qwen" in out
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines()
             if line.startswith("│") and line.split("│")[1].strip()}
-    assert rows["rollouts_per_iteration"] == "64" and rows["optimizer_steps_per_iteration"] == "2"
-    assert rows["train_dp"] == "1" and rows["mini_batch_responses"] == "32"
+    assert rows["rollouts_per_iteration"] == "256" and rows["optimizer_steps_per_iteration"] == "4"
+    assert rows["train_dp"] == "1" and rows["mini_batch_responses"] == "128"
 
 
 def test_validate_layout_override_changes_the_table(capsys):

@@ -268,6 +268,9 @@ class EngineConfig(Section):
     task_size: int = Field(512, ge=1, description="Number of generated prompts.")
     eval_every: int | None = Field(None, ge=1, description="Evaluate every this many iterations (null = never).")
     eval_size: int = Field(128, ge=1, description="Held-out prompts of a generated task scored greedily by eval.")
+    recompute_old_logprobs: bool = Field(
+        False, description="Recompute old log-probs by a forward pass (MindSpeed-RL) instead of the sampler's own."
+    )
 
 
 # ------------------------------------------------------------------------------------------- the whole

@@ -1,0 +1,165 @@
+"""Hugging Face-format Qwen2 folders: ``config.json`` + ``*.safetensors`` (+ ``tokenizer.json``), read and written.
+
+A folder is a HF checkpoint when it holds a ``config.json`` and at least one ``*.safetensors`` file
+(a sharded ``model.safetensors.index.json`` works too). The engine's own checkpoints write the same two
+files, so every saved iteration is also a valid HF Qwen2 folder that ``transformers`` can open.
+Nothing is ever downloaded: the folder must be local.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from grpo.engine.model import ModelArgs, Qwen2
+from grpo.errors import UserError
+
+ARCH_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+               "padded_vocab_size")
+
+
+def is_hf_folder(path: Path) -> bool:
+    path = Path(path)
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def _rope_theta(hf: dict) -> float:
+    # transformers 5 moved rope_theta into rope_parameters; older configs keep it at the top level.
+    params = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    return float(hf.get("rope_theta") or params.get("rope_theta") or 1_000_000.0)
+
+
+def read_model_args(folder: Path, key: str = "actor_config.load") -> ModelArgs:
+    """The architecture a HF folder's config.json describes (bias presence is read from the weights)."""
+    folder = Path(folder)
+    cfg_path = folder / "config.json"
+    try:
+        hf = json.loads(cfg_path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{cfg_path}: {key}: no config.json in the checkpoint folder") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{cfg_path}: {key}: config.json is not valid JSON ({err.msg}, line {err.lineno})") from None
+    missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                           "vocab_size") if k not in hf]
+    if missing:
+        raise UserError(f"{cfg_path}: {key}: config.json lacks {', '.join(missing)} (not a Qwen2 config)")
+    weights = _weight_names(folder)
+    return ModelArgs(
+        num_layers=hf["num_hidden_layers"],
+        hidden_size=hf["hidden_size"],
+        ffn_hidden_size=hf["intermediate_size"],
+        num_attention_heads=hf["num_attention_heads"],
+        num_query_groups=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        padded_vocab_size=hf["vocab_size"],
+        max_position_embeddings=hf.get("max_position_embeddings", 32768),
+        rotary_base=_rope_theta(hf),
+        norm_epsilon=float(hf.get("rms_norm_eps", 1e-6)),
+        add_qkv_bias="model.layers.0.self_attn.q_proj.bias" in weights,
+        untie_embeddings_and_output_weights=not hf.get("tie_word_embeddings", False),
+    )
+
+
+def _shards(folder: Path) -> list[Path]:
+    """The weight files of the model: the index's shards, else model.safetensors, else every other file."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [folder / n for n in names]
+    if (folder / "model.safetensors").is_file():
+        return [folder / "model.safetensors"]
+    return sorted(p for p in folder.glob("*.safetensors") if p.name != "reference.safetensors")
+
+
+def _weight_names(folder: Path) -> set[str]:
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    for shard in _shards(folder):
+        with safe_open(str(shard), framework="pt") as f:
+            names.update(f.keys())
+    return names
+
+
+def check_arch(found: ModelArgs, expected: ModelArgs, where: str, model_name: str) -> None:
+    """The checkpoint must match the selected model yaml (MindSpeed-RL builds the model from the yaml)."""
+    diffs = [f"{k}={getattr(found, k)} but model {model_name} has {k}={getattr(expected, k)}"
+             for k in ARCH_FIELDS if getattr(found, k) != getattr(expected, k)]
+    if diffs:
+        raise UserError(f"{where}: actor_config.load: checkpoint does not match the model config: " + "; ".join(diffs))
+
+
+def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for shard in _shards(Path(folder)):
+        state.update(load_file(str(shard)))
+    return state
+
+
+def load_weights(model: Qwen2, folder: Path) -> None:
+    """Copy a HF folder's tensors into ``model`` (names are identical; a tied lm_head is implied)."""
+    state = load_state_dict(folder)
+    if not model.args.untie_embeddings_and_output_weights:
+        state.pop("lm_head.weight", None)
+    expected = {k for k in model.state_dict() if not (k == "lm_head.weight" and not model.args.untie_embeddings_and_output_weights)}
+    missing, unexpected = expected - state.keys(), state.keys() - expected
+    unexpected = {k for k in unexpected if not k.endswith("rotary_emb.inv_freq")}
+    if missing or unexpected:
+        sample = sorted(missing)[:3] or sorted(unexpected)[:3]
+        raise UserError(f"{folder}: actor_config.load: weights do not fit a Qwen2 model "
+                        f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {', '.join(sample)})")
+    ref = model.state_dict()
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if name in ref:
+                ref[name].copy_(tensor.to(ref[name].dtype))
+
+
+def hf_config(args: ModelArgs, eos_token_id: int | None = None, pad_token_id: int | None = None) -> dict:
+    """A transformers Qwen2 config.json for these arch args."""
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": args.hidden_size,
+        "intermediate_size": args.ffn_hidden_size,
+        "num_hidden_layers": args.num_layers,
+        "num_attention_heads": args.num_attention_heads,
+        "num_key_value_heads": args.num_query_groups,
+        "vocab_size": args.padded_vocab_size,
+        "max_position_embeddings": args.max_position_embeddings,
+        "rope_theta": args.rotary_base,
+        "rms_norm_eps": args.norm_epsilon,
+        "tie_word_embeddings": not args.untie_embeddings_and_output_weights,
+        "hidden_act": "silu",
+        "attention_dropout": 0.0,
+        "use_sliding_window": False,
+        "torch_dtype": "float32",
+        "eos_token_id": eos_token_id,
+        "pad_token_id": pad_token_id,
+    }
+
+
+def save_weights(model: Qwen2, folder: Path, eos_token_id: int | None = None, pad_token_id: int | None = None,
+                 filename: str = "model.safetensors", write_config: bool = True) -> None:
+    """Write ``filename`` (+ config.json) into an existing folder; the caller makes the folder atomic."""
+    folder = Path(folder)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if not model.args.untie_embeddings_and_output_weights:
+        state.pop("lm_head.weight")
+    save_file(state, str(folder / filename), metadata={"format": "pt"})
+    if write_config:
+        (folder / "config.json").write_text(json.dumps(hf_config(model.args, eos_token_id, pad_token_id), indent=2))
+
+
+def load_into(model: Qwen2, folder: Path, filename: str = "model.safetensors") -> None:
+    """Load one safetensors file written by ``save_weights`` into ``model``."""
+    state = load_file(str(Path(folder) / filename))
+    if not model.args.untie_embeddings_and_output_weights:
+        state.pop("lm_head.weight", None)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and not model.args.untie_embeddings_and_output_weights)]
+    if missing or unexpected:
+        raise UserError(f"{Path(folder) / filename}: actor_config.load: weights do not fit the model "
+                        f"({len(missing)} missing, {len(unexpected)} unexpected)")

@@ -1,0 +1,114 @@
+"""Where a run's per-iteration metrics go: metrics.jsonl, train.log, TensorBoard, wandb, a progress bar.
+
+``metrics.jsonl`` gets one flushed JSON line per iteration. On resume, lines after the checkpoint's
+iteration (written by the killed run after its last checkpoint) are dropped first, so the file never
+holds an iteration twice. As in MindSpeed-RL, TensorBoard is skipped when wandb is on; wandb runs
+offline unless ``WANDB_API_KEY`` is set. The progress bar appears only when stdout is a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+
+METRICS_FILE = "metrics.jsonl"
+LOG_FILE = "train.log"
+
+
+def run_logger(run_dir: Path) -> logging.Logger:
+    """A logger writing ``run_dir/train.log`` (and propagating, so Hydra's console shows it too)."""
+    import hashlib
+
+    tag = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:8]
+    logger = logging.getLogger(f"grpo.engine.run.{tag}")
+    logger.setLevel(logging.INFO)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    handler = logging.FileHandler(run_dir / LOG_FILE)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
+def close_logger(logger: logging.Logger) -> None:
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricsSink:
+    """Fan one metrics dict per iteration out to every configured destination."""
+
+    def __init__(self, run_dir: Path, cfg, total_iters: int, resume_from: int = 0, log: logging.Logger | None = None):
+        self.path = Path(run_dir) / METRICS_FILE
+        self.log = log
+        self._truncate_after(resume_from)
+        self.file = open(self.path, "a")
+        rl = cfg.rl_config
+        self.wandb = self.tensorboard = None
+        if rl.use_wandb:
+            import wandb
+
+            self.wandb = wandb.init(
+                project=rl.wandb_project or "grpo-sweep", name=rl.wandb_exp_name or Path(run_dir).name,
+                dir=rl.wandb_save_dir or str(run_dir), config=cfg.to_dict(),
+                mode="online" if os.environ.get("WANDB_API_KEY") else "offline", reinit=True)
+        elif rl.use_tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+        self.progress = None
+        if sys.stdout.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.description}"), TimeRemainingColumn())
+            self.progress.start()
+            self.task = self.progress.add_task("", total=total_iters, completed=resume_from)
+
+    def _truncate_after(self, iteration: int) -> None:
+        kept = [m for m in read_metrics(self.path) if m.get("iteration", 0) <= iteration]
+        if not self.path.exists():
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
+        os.replace(tmp, self.path)
+
+    def write(self, iteration: int, metrics: dict[str, float]) -> None:
+        self.file.write(json.dumps({"iteration": iteration, **metrics}) + "\n")
+        self.file.flush()
+        if self.tensorboard is not None:
+            for key, value in metrics.items():
+                self.tensorboard.add_scalar(key, value, iteration)
+            self.tensorboard.flush()
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=iteration)
+        if self.log is not None:
+            self.log.info(
+                f"iteration {iteration}: score {metrics['grpo/score/mean']:.3f} acc {metrics['grpo/acc/mean']:.3f} "
+                f"kl {metrics.get('actor/kl_loss', math.nan):.4f} clipfrac {metrics['actor/pg_clipfrac']:.3f} "
+                f"len {metrics['response_length/mean']:.1f} time {metrics['timing/all']:.2f}s")
+        if self.progress is not None:
+            self.progress.update(self.task, completed=iteration, description=(
+                f"reward {metrics['grpo/score/mean']:+.3f}  acc {metrics['grpo/acc/mean']:.2f}"))
+
+    def close(self) -> None:
+        self.file.close()
+        if self.progress is not None:
+            self.progress.stop()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.finish()

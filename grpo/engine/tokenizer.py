@@ -1,0 +1,129 @@
+"""Tokenizers: the built-in character-level one for the generated task, and HF ``tokenizer.json`` folders.
+
+Both are a Hugging Face ``tokenizers.Tokenizer`` behind one small wrapper, so a tokenizer built in code
+saves as a ``tokenizer.json`` that ``transformers.PreTrainedTokenizerFast`` (and so TRL) opens unchanged.
+
+The built-in tokenizer splits text into single characters (printable ASCII and newline) except for a few
+whole tokens: the Qwen chat markers ``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>`` (special: dropped
+when decoding), the answer-format tags ``<think>``, ``</think>``, ``<answer>``, ``</answer>``, ``\\boxed{``
+and the role words ``user``/``assistant`` (ordinary tokens: kept when decoding, so the rule rewards see
+them). Generation stops at ``<|im_end|>`` or ``<|endoftext|>``; padding is ``<|endoftext|>``, as in Qwen2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grpo.errors import UserError
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+WORD_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "\\boxed{", "user", "assistant")
+STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
+
+
+class Tokenizer:
+    """Encode/decode text; knows its stop ids, pad id and vocabulary size."""
+
+    def __init__(self, backend, eos_token: str | None = None, pad_token: str | None = None, source: str = "built-in"):
+        self.backend = backend
+        self.source = source
+        vocab = backend.get_vocab(with_added_tokens=True)
+        self.vocab_size = max(vocab.values()) + 1
+        names = [eos_token] if eos_token else []
+        names += [n for n in STOP_TOKEN_NAMES if n not in names]
+        self.stop_ids = sorted({vocab[n] for n in names if n in vocab})
+        if not self.stop_ids:
+            raise UserError(f"{source}: tokenizer has no end-of-sequence token (looked for {', '.join(names)})")
+        self.eos_id = vocab[eos_token] if eos_token in vocab else self.stop_ids[0]
+        pad = pad_token if pad_token in vocab else "<|endoftext|>"
+        self.pad_id = vocab.get(pad, self.eos_id)
+        self.has_chat_markers = "<|im_start|>" in vocab and "<|im_end|>" in vocab
+
+    # -- text <-> ids
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.backend.decode(ids, skip_special_tokens=True)
+
+    def decode_batch(self, batch: list[list[int]]) -> list[str]:
+        return self.backend.decode_batch(batch, skip_special_tokens=True)
+
+    def chat_prompt(self, question: str) -> str:
+        """A user turn in Qwen's ChatML template (unchanged when it already is one or has no chat markers)."""
+        if not self.has_chat_markers or "<|im_start|>" in question:
+            return question
+        return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+    # -- files
+    def save(self, folder: Path) -> None:
+        """Write tokenizer.json and tokenizer_config.json (what PreTrainedTokenizerFast reads)."""
+        folder = Path(folder)
+        self.backend.save(str(folder / "tokenizer.json"))
+        eos = self.backend.id_to_token(self.eos_id)
+        pad = self.backend.id_to_token(self.pad_id)
+        (folder / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "pad_token": pad,
+             "model_max_length": 32768}, indent=2))
+
+    def fingerprint(self) -> str:
+        """A stable hash of the vocabulary and rules (part of the warm-start cache key)."""
+        import hashlib
+
+        return hashlib.sha256(self.backend.to_str().encode()).hexdigest()[:16]
+
+    def check_fits(self, padded_vocab_size: int, model_name: str) -> None:
+        """Every token id must have an embedding row."""
+        if self.vocab_size > padded_vocab_size:
+            raise UserError(
+                f"{self.source}: model.{model_name}.padded_vocab_size: the tokenizer has {self.vocab_size} tokens "
+                f"but the model only {padded_vocab_size} embedding rows (tokenizer and model do not match)"
+            )
+
+
+def build_task_tokenizer() -> Tokenizer:
+    """The character-level tokenizer of the generated tasks, built in code (no files, no downloads)."""
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+
+    vocab = {"[UNK]": 0}
+    for ch in ["\n"] + [chr(i) for i in range(32, 127)]:
+        vocab[ch] = len(vocab)
+    backend = HFTokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    backend.add_tokens([AddedToken(t, normalized=False) for t in WORD_TOKENS])
+    return Tokenizer(backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+
+
+def load_tokenizer(folder_or_file: str | Path, key: str = "megatron_training.tokenizer_name_or_path") -> Tokenizer:
+    """A HF tokenizer from a folder (tokenizer.json [+ tokenizer_config.json]) or a tokenizer.json path."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    path = Path(folder_or_file).expanduser()
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        where = path if path.exists() else f"{path} (no such folder)"
+        raise UserError(f"{where}: {key}: no tokenizer.json found")
+    try:
+        backend = HFTokenizer.from_file(str(file))
+    except Exception as err:  # tokenizers raises a bare Exception on malformed files
+        raise UserError(f"{file}: {key}: not a valid tokenizer.json ({str(err).splitlines()[0]})") from None
+    eos = pad = None
+    for extra in (file.parent / "tokenizer_config.json", file.parent / "generation_config.json"):
+        if extra.is_file():
+            meta = json.loads(extra.read_text())
+            eos = eos or _token_name(meta.get("eos_token"))
+            pad = pad or _token_name(meta.get("pad_token"))
+    return Tokenizer(backend, eos_token=eos, pad_token=pad, source=str(file))
+
+
+def _token_name(value) -> str | None:
+    if isinstance(value, dict):  # {"content": "<|im_end|>", ...}
+        return value.get("content")
+    return value if isinstance(value, str) else None

@@ -1,0 +1,459 @@
+"""The GRPO loop: rollout, rule rewards, group-normalised advantages, clipped mini-batch updates.
+
+One iteration (MindSpeed-RL's ``grpo_trainer_hybrid``):
+
+1. take ``global_batch_size`` prompts from the seeded data order;
+2. sample ``n_samples_per_prompt`` responses each (``rollout.generate``, KV cache, no autograd);
+3. score them with the verifiers and turn the scores into group-normalised advantages;
+4. reference log-probs (skipped when the KL term can never matter: init_kl_coef 0 and fixed control);
+5. old log-probs: those of the policy that sampled, which the rollout already returned (the same model,
+   temperature and vocabulary; equal to a recomputation up to float error), so no forward pass is
+   spent on them. ``engine.recompute_old_logprobs`` recomputes them as MindSpeed-RL does instead: the
+   first mini batch of the first epoch is updated from exactly the sampling policy, so its old log-probs
+   are the current ones (ratio 1, no extra pass); every other mini batch gets them from one forward
+   pass before the first optimizer step;
+6. for each of ``epochs``: split the responses (shuffled when ``shuffle_mini_batch``) into mini batches of
+   ``mini_batch_size * n_samples_per_prompt`` responses (MindSpeed-RL's rescaling), accumulate gradients
+   over micro batches of ``actor_config.micro_batch_size`` (rows of similar length grouped together and
+   trimmed of padding, which changes no gradient), clip to ``clip_grad``, one AdamW step each;
+7. adapt the KL coefficient, write the metrics line, call the callback, checkpoint every
+   ``save_interval`` and at the end.
+
+Learning rate (Megatron's schedule, per optimizer step): linear warmup over ``lr_warmup_fraction`` of all
+steps (step s of the warmup uses lr * (s + 1) / warmup, so no step is wasted at lr 0), then constant,
+linear or cosine decay from ``lr`` to ``min_lr`` at the last step. Weight decay skips biases and norms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from grpo.engine import checkpoint as ckpt
+from grpo.engine import data as data_mod
+from grpo.engine import rewards
+from grpo.engine.hf_checkpoint import check_arch, load_weights, read_model_args
+from grpo.engine.loss import TrainingDiverged, group_norm_advantages, grpo_loss, kl_controller
+from grpo.engine.metrics import MetricsSink, close_logger, run_logger
+from grpo.engine.model import ModelArgs, Qwen2
+from grpo.engine.rollout import Rollout, SamplingParams, generate, response_logprobs
+from grpo.engine.tokenizer import Tokenizer, build_task_tokenizer, load_tokenizer
+from grpo.engine.warm_start import default_cache_dir, warm_started_policy
+from grpo.errors import UserError
+
+Callback = Callable[[int, dict], "bool | None"]
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto``: cuda when available, else npu when torch_npu imports, else cpu."""
+    if name in ("cuda", "auto") and torch.cuda.is_available():
+        return torch.device("cuda")
+    if name in ("npu", "auto"):
+        try:
+            import torch_npu  # noqa: F401  (registers the npu device)
+
+            if torch.npu.is_available():
+                return torch.device("npu")
+        except ImportError:
+            pass
+    if name in ("cuda", "npu"):
+        raise UserError(f"engine.device: {name} was asked for but is not available here")
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def lr_at(step: int, total_steps: int, lr: float, min_lr: float, warmup_fraction: float, style: str) -> float:
+    """Learning rate of optimizer step ``step`` (0-based) of ``total_steps`` (see the module docstring)."""
+    warmup = int(round(warmup_fraction * total_steps))
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if style == "constant":
+        return lr
+    span = max(1, total_steps - 1 - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    coeff = 1.0 - progress if style == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_lr + coeff * (lr - min_lr)
+
+
+def _same_path(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+class Run:
+    """Everything one training run holds; built (and fully checked) before the first iteration."""
+
+    def __init__(self, cfg, run_dir: Path):
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.source = getattr(cfg, "_source", "config")
+        self.log = run_logger(self.run_dir)
+        rl, actor = cfg.rl_config, cfg.actor_config
+        if rl.adv_estimator != "group_norm":
+            raise UserError(f"{self.source}: rl_config.adv_estimator: {rl.adv_estimator} needs a critic model, which "
+                            f"the embedded engine does not have; use group_norm")
+        if not rl.rule_reward:
+            raise UserError(f"{self.source}: rl_config.rule_reward: the embedded engine scores with rule rewards "
+                            f"only; set rule_reward=true")
+        self.device = pick_device(cfg.engine.device)
+        self.seed = cfg.megatron_training.seed
+        sampling = cfg.generate_config.sampling_config
+        self.temperature = sampling.temperature
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(sampling.seed if sampling.seed is not None else self.seed)
+
+        self.tokenizer = self._tokenizer()
+        self.train_set, self.eval_set = self._data()
+        self.args = self._model_args()
+        self.tokenizer.check_fits(self.args.padded_vocab_size, actor.model)
+        self.max_tokens = min(sampling.max_tokens, cfg.generate_config.max_model_len - self.max_prompt_tokens)
+        if self.max_tokens < 1:
+            raise UserError(f"{self.source}: generate_config.max_model_len: {cfg.generate_config.max_model_len} "
+                            f"leaves no room for a response after prompts of {self.max_prompt_tokens} tokens")
+        self.sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p,
+                                       self.max_tokens)
+
+        self.state = ckpt.TrainerState(kl_coef=rl.init_kl_coef)
+        self.policy, self.reference, loaded = self._models()
+        self.optimizer = self._optimizer()
+        self.kl_ctrl = kl_controller(rl.kl_ctrl_type, rl.init_kl_coef, rl.kl_target, rl.kl_horizon)
+        if loaded is not None and loaded.state is not None and not actor.finetune:
+            self._resume(loaded)
+        self.use_reference = rl.init_kl_coef > 0 or rl.kl_ctrl_type == "adaptive"
+        n = rl.n_samples_per_prompt
+        self.steps_per_iter = rl.epochs * math.ceil(cfg.megatron_training.global_batch_size / rl.mini_batch_size)
+        self.total_steps = self.steps_per_iter * cfg.megatron_training.train_iters
+        self.mini_batch_responses = rl.mini_batch_size * n
+        self.log.info(f"policy: {self.policy.num_parameters():,} parameters on {self.device}; "
+                      f"{len(self.train_set)} training prompts; {self.steps_per_iter} optimizer steps per iteration")
+
+    # ------------------------------------------------------------------ setup
+    def _tokenizer(self) -> Tokenizer:
+        mt, actor = self.cfg.megatron_training, self.cfg.actor_config
+        if mt.tokenizer_name_or_path:
+            return load_tokenizer(mt.tokenizer_name_or_path)
+        if actor.load and (Path(actor.load).expanduser() / "tokenizer.json").is_file():
+            return load_tokenizer(actor.load, key="actor_config.load")
+        return build_task_tokenizer()
+
+    def _data(self) -> tuple[list[data_mod.Example], list[data_mod.Example]]:
+        mt, eng = self.cfg.megatron_training, self.cfg.engine
+        if eng.task == "dataset":
+            examples = data_mod.read_dataset(mt.data_path)
+            train, held_out = data_mod.split_by_percent(examples, mt.split)
+        else:
+            task = data_mod.get_task(eng.task)
+            train, held_out = task.split(eng.task_size, eng.eval_size if eng.eval_every else 0, self.seed)
+            path = data_mod.generated_data_file(mt.data_path, self.run_dir)
+            data_mod.write_jsonl(train, path)
+            self.log.info(f"task {eng.task}: {len(train)} prompts written to {path}")
+        limit = self.cfg.rl_config.max_prompt_length
+        encode = lambda e: self.tokenizer.encode(self.tokenizer.chat_prompt(e.prompt))
+        self.prompt_ids = {e.prompt: encode(e) for e in train + held_out}
+        kept = [e for e in train if len(self.prompt_ids[e.prompt]) <= limit]
+        if len(kept) < len(train):
+            self.log.warning(f"{len(train) - len(kept)} prompts longer than rl_config.max_prompt_length={limit} dropped")
+        if not kept:
+            raise UserError(f"{mt.data_path}: rl_config.max_prompt_length: every prompt is longer than {limit} tokens")
+        held_out = [e for e in held_out if len(self.prompt_ids[e.prompt]) <= limit]
+        self.max_prompt_tokens = max(len(self.prompt_ids[e.prompt]) for e in kept + held_out)
+        return kept, held_out
+
+    def _model_args(self) -> ModelArgs:
+        return ModelArgs.from_model_config(self.cfg.model_arch)
+
+    def _models(self):
+        """Policy, frozen reference, and what ``actor_config.load`` designated (None = fresh start)."""
+        actor, eng = self.cfg.actor_config, self.cfg.engine
+        loaded = None
+        if actor.load and not (_same_path(actor.load, actor.save) and not ckpt.has_checkpoint(Path(actor.load))):
+            loaded = ckpt.describe_load(Path(actor.load))
+        init_std = self.cfg.megatron_training.init_method_std
+        if loaded is None:  # fresh: the (cached) warm-started tiny policy
+            if eng.task == "dataset":
+                with torch.random.fork_rng():
+                    torch.manual_seed(self.seed)
+                    policy = Qwen2(self.args, init_std=init_std)
+                self.log.warning("actor_config.load is null and engine.task=dataset: starting from random weights")
+            else:
+                task = data_mod.get_task(eng.task)
+                policy, _ = warm_started_policy(self.args, self.tokenizer, task, self.seed, eng.warm_start_steps,
+                                                init_std, default_cache_dir(eng.cache_dir), log=self.log.info)
+        else:
+            found = read_model_args(loaded.folder)
+            check_arch(found, self.args, str(loaded.folder), actor.model)
+            self.args = found  # rope base, eps, bias and tying come from the checkpoint itself
+            policy = Qwen2(self.args)
+            load_weights(policy, loaded.folder)
+            self.log.info(f"loaded weights from {loaded.folder}")
+        policy.to(self.device)
+        reference = copy.deepcopy(policy)
+        if loaded is not None and loaded.has_reference and not actor.finetune:
+            ckpt.load_reference(reference, loaded)
+        reference.requires_grad_(False).eval()
+        return policy, reference, loaded
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        actor = self.cfg.actor_config
+        decay = [p for p in self.policy.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.policy.parameters() if p.dim() < 2]
+        return torch.optim.AdamW([{"params": decay, "weight_decay": actor.weight_decay},
+                                  {"params": no_decay, "weight_decay": 0.0}],
+                                 lr=actor.lr, betas=(actor.adam_beta1, actor.adam_beta2), eps=1e-8)
+
+    def _resume(self, loaded: ckpt.Loaded) -> None:
+        actor = self.cfg.actor_config
+        self.state = loaded.state
+        self.kl_ctrl.value = loaded.state.kl_coef
+        if not actor.no_load_optim:
+            ckpt.load_optimizer(self.optimizer, loaded)
+        if not actor.no_load_rng:
+            ckpt.load_rng(self.generator, loaded)
+        else:  # still reproducible, but a different stream than the uninterrupted run
+            self.generator.manual_seed(self.seed * 1_000_003 + self.state.iteration)
+        self.log.info(f"resumed from {loaded.folder} at iteration {self.state.iteration}")
+
+    # ------------------------------------------------------------------ one iteration
+    @staticmethod
+    def _micro_batches(batch: Rollout, rows: torch.Tensor, micro: int):
+        """Split ``rows`` into micro batches, each trimmed of the padding its rows share.
+
+        Rows are ordered by prompt (so a micro batch holds whole groups, whose shared prompt is computed
+        once), groups by their longest response (so groups of similar length share a micro batch and little
+        padding), rows by length within a group. Ordering only regroups the rows of one mini batch: its
+        gradient is the same sum over its responses.
+        """
+        groups, lengths = batch.groups[rows], batch.response_lengths[rows]
+        longest = torch.zeros(int(batch.groups.max()) + 1, dtype=lengths.dtype, device=lengths.device)
+        longest = longest.scatter_reduce(0, groups, lengths, reduce="amax")[groups]
+        width = batch.input_ids.shape[1] + 1
+        key = (longest * (int(groups.max()) + 1) + groups) * width + lengths
+        order = rows[torch.argsort(key, stable=True)]
+        for m in order.split(micro):
+            yield m, batch.select(m).trimmed()
+
+    def _forward_logprobs(self, model: Qwen2, batch: Rollout, rows: torch.Tensor, micro: int,
+                          out: torch.Tensor) -> torch.Tensor:
+        """Log-probs of ``rows`` under ``model`` without autograd, written into ``out`` (N, R)."""
+        with torch.no_grad():
+            for m, sub in self._micro_batches(batch, rows, micro):
+                logp, _ = response_logprobs(model, sub, self.temperature, self.tokenizer.vocab_size)
+                out[m, : logp.shape[1]] = logp
+        return out
+
+    def _update(self, batch: Rollout, advantages: torch.Tensor, ref_logp: torch.Tensor | None) -> dict:
+        rl, actor, eng = self.cfg.rl_config, self.cfg.actor_config, self.cfg.engine
+        N = batch.input_ids.shape[0]
+        mb, micro = self.mini_batch_responses, actor.micro_batch_size
+        orders = [torch.randperm(N, generator=self.generator, device=self.device) if rl.shuffle_mini_batch
+                  else torch.arange(N, device=self.device) for _ in range(rl.epochs)]
+        if eng.recompute_old_logprobs:
+            old = torch.zeros_like(batch.logprobs)
+            rest = orders[0][mb:]
+            if len(rest):  # mini batches after the first see an updated policy: their old log-probs come first
+                self._forward_logprobs(self.policy, batch, rest, rl.actor_forward_micro_batch_size, old)
+        else:  # the sampler's own log-probs: the same policy and temperature, no extra forward pass
+            old = batch.logprobs
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        sums: dict[str, float] = defaultdict(float)
+        count = 0
+        norms, lr = [], 0.0
+        self.policy.train()
+        for epoch, order in enumerate(orders):
+            for k, idx in enumerate(order.split(mb)):
+                self.optimizer.zero_grad(set_to_none=True)
+                for m, sub in self._micro_batches(batch, idx, micro):
+                    logp, entropy = response_logprobs(self.policy, sub, self.temperature, self.tokenizer.vocab_size,
+                                                      with_entropy=True, entropy_grad=rl.entropy_coeff > 0)
+                    width = logp.shape[1]
+                    if eng.recompute_old_logprobs and epoch == 0 and k == 0:
+                        old[m, :width] = logp.detach()
+                    parts = grpo_loss(logp, old[m, :width], advantages[m], sub.response_mask, rl.clip_ratio,
+                                      ref_logp[m, :width] if ref_logp is not None else None, self.kl_ctrl.value,
+                                      rl.kl_penalty, entropy, rl.entropy_coeff)
+                    if not torch.isfinite(parts.loss):
+                        raise TrainingDiverged(f"iteration {self.state.iteration + 1}: loss is {parts.loss.item()}")
+                    (parts.loss / len(idx)).backward()
+                    for name in ("pg_loss", "pg_clipfrac", "ppo_kl", "kl_loss", "entropy"):
+                        sums[name] += float(getattr(parts, name))
+                    count += len(m)
+                norm = torch.nn.utils.clip_grad_norm_(params, actor.clip_grad if actor.clip_grad > 0 else math.inf)
+                if not torch.isfinite(norm):
+                    raise TrainingDiverged(f"iteration {self.state.iteration + 1}: gradient norm is {norm.item()}")
+                norms.append(float(norm))
+                lr = lr_at(self.state.optimizer_steps, self.total_steps, actor.lr, actor.min_lr,
+                           actor.lr_warmup_fraction, actor.lr_decay_style)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                self.optimizer.step()
+                self.state.optimizer_steps += 1
+        self.policy.eval()
+        out = {f"actor/{k}": v / count for k, v in sums.items()}
+        if ref_logp is None:
+            out.pop("actor/kl_loss")
+        out["actor/grad_norm"] = sum(norms) / len(norms)
+        out["actor/lr"] = lr
+        return out
+
+    def iteration(self) -> dict[str, float]:
+        cfg, rl = self.cfg, self.cfg.rl_config
+        t_start = time.perf_counter()
+        gbs, n = cfg.megatron_training.global_batch_size, rl.n_samples_per_prompt
+        idx = data_mod.batch_indices(len(self.train_set), gbs, self.state.consumed_prompts, self.seed,
+                                     shuffle=not cfg.megatron_training.no_shuffle)
+        examples = [self.train_set[i] for i in idx]
+        batch = generate(self.policy, [self.prompt_ids[e.prompt] for e in examples], n, self.sampling,
+                         self.tokenizer.stop_ids, self.tokenizer.pad_id, self.tokenizer.vocab_size, self.generator)
+        t_rollout = time.perf_counter()
+
+        texts = self.tokenizer.decode_batch(batch.response_lists())
+        labels = [e.label for e in examples for _ in range(n)]
+        scores, per_verifier = rewards.score(texts, labels, list(rl.verifier_function), list(rl.verifier_weight))
+        score_t = torch.tensor(scores, dtype=torch.float32, device=self.device)
+        advantages = group_norm_advantages(score_t, n)
+        correct = [rewards.is_correct(t, l) for t, l in zip(texts, labels)]
+        t_reward = time.perf_counter()
+
+        ref_logp = None
+        if self.use_reference:
+            ref_logp = self._forward_logprobs(self.reference, batch, torch.arange(len(texts), device=self.device),
+                                              rl.ref_forward_micro_batch_size, torch.zeros_like(batch.logprobs))
+        t_ref = time.perf_counter()
+        kl_coef = self.kl_ctrl.value
+        update = self._update(batch, advantages, ref_logp)
+        t_end = time.perf_counter()
+
+        if "actor/kl_loss" in update:
+            self.kl_ctrl.update(update["actor/kl_loss"], n_steps=len(texts))
+        self.state.iteration += 1
+        self.state.consumed_prompts += gbs
+        self.state.kl_coef = self.kl_ctrl.value
+
+        resp = batch.response_lengths.float()
+        prompt = batch.prompt_lengths.float()
+        metrics = {
+            "grpo/score/mean": float(score_t.mean()), "grpo/score/max": float(score_t.max()),
+            "grpo/score/min": float(score_t.min()),
+            **{f"{name}_rewards/mean": sum(v) / len(v) for name, v in per_verifier.items()},
+            "grpo/acc/mean": sum(correct) / len(correct),
+            **update,
+            "actor/kl_coef": kl_coef,
+            "response_length/mean": float(resp.mean()), "response_length/max": float(resp.max()),
+            "response_length/min": float(resp.min()),
+            "prompt_length/mean": float(prompt.mean()), "prompt_length/max": float(prompt.max()),
+            "prompt_length/min": float(prompt.min()),
+            "timing/all": t_end - t_start, "timing/rollout": t_rollout - t_start,
+            "timing/reward": t_reward - t_rollout, "timing/ref": t_ref - t_reward, "timing/update": t_end - t_ref,
+            "generated_tokens": float(resp.sum()),
+        }
+        tokens = float(resp.sum() + prompt.sum())
+        metrics["e2e_tps"] = tokens / metrics["timing/all"]
+        metrics["rollout_tps"] = tokens / max(metrics["timing/rollout"], 1e-9)
+        metrics["update_tps"] = tokens / max(metrics["timing/update"], 1e-9)
+        return metrics
+
+    def evaluate(self, samples: int = 4) -> dict[str, float]:
+        """Accuracy on the held-out prompts: ``eval/acc`` samples ``samples`` responses each with the
+        rollout's sampling parameters (the policy as trained), ``eval/acc_greedy`` decodes greedily.
+
+        Evaluation draws from its own generator, seeded the same way every time, so it neither perturbs
+        the training's random stream nor adds sampling noise between two evaluations.
+        """
+        if not self.eval_set:
+            return {}
+        prompts = [self.prompt_ids[e.prompt] for e in self.eval_set]
+        out = {}
+        for name, params, n in (("eval/acc", self.sampling, samples),
+                                ("eval/acc_greedy", SamplingParams(max_tokens=self.max_tokens, greedy=True), 1)):
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(self.seed + 1)
+            batch = generate(self.policy, prompts, n, params, self.tokenizer.stop_ids, self.tokenizer.pad_id,
+                             self.tokenizer.vocab_size, gen)
+            texts = self.tokenizer.decode_batch(batch.response_lists())
+            labels = [e.label for e in self.eval_set for _ in range(n)]
+            out[name] = sum(rewards.is_correct(t, l) for t, l in zip(texts, labels)) / len(texts)
+            if n > 1:
+                out["eval/strict_format"] = sum(rewards.strict_format(t) > 0 for t in texts) / len(texts)
+        return out
+
+    def save(self) -> Path | None:
+        actor = self.cfg.actor_config
+        if not actor.save:
+            return None
+        folder = ckpt.save_checkpoint(Path(actor.save).expanduser(), self.state, self.policy, self.reference,
+                                      self.tokenizer, self.optimizer, self.generator,
+                                      save_optim=not actor.no_save_optim, save_rng=not actor.no_save_rng)
+        self.log.info(f"saved checkpoint {folder}")
+        return folder
+
+
+def train(cfg, run_dir: Path, callback: Callback | None = None) -> dict:
+    """Run GRPO as ``cfg`` says; write ``run_dir/metrics.jsonl`` and ``run_dir/train.log``; return a summary.
+
+    ``callback(iteration, metrics)`` runs after each metrics line; returning True stops at once
+    (``summary["stopped_early"]``). Resumes when ``actor_config.load`` holds a checkpoint and ``finetune`` is
+    false. Raises UserError for user mistakes (before anything is trained) and TrainingDiverged on NaN/inf.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with torch_threads(cfg.engine.num_threads):
+        run = Run(cfg, run_dir)
+        try:
+            return _loop(run, callback, t0)
+        except Exception as err:
+            run.log.error(f"{type(err).__name__}: {err}")
+            raise
+        finally:
+            close_logger(run.log)
+
+
+def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
+    cfg = run.cfg
+    mt = cfg.megatron_training
+    every = cfg.engine.eval_every
+    summary: dict = {"run_dir": str(run.run_dir), "stopped_early": False, "start_iteration": run.state.iteration,
+                     "checkpoint": None, "metrics": {}}
+    if every and run.state.iteration == 0:
+        base = run.evaluate()
+        if base:
+            summary["eval/acc_base"] = base["eval/acc"]
+            summary["eval/acc_greedy_base"] = base["eval/acc_greedy"]
+            run.log.info(f"base policy: eval/acc {base['eval/acc']:.3f} (greedy {base['eval/acc_greedy']:.3f})")
+    sink = MetricsSink(run.run_dir, cfg, mt.train_iters, resume_from=run.state.iteration, log=run.log)
+    try:
+        while run.state.iteration < mt.train_iters:
+            metrics = run.iteration()
+            it = run.state.iteration
+            if every and (it % every == 0 or it == mt.train_iters):
+                metrics.update(run.evaluate())
+            sink.write(it, metrics)
+            summary["metrics"] = metrics
+            if callback is not None and callback(it, metrics):
+                summary["stopped_early"] = True
+                break
+            if it % mt.save_interval == 0 or it == mt.train_iters:
+                folder = run.save()
+                summary["checkpoint"] = str(folder) if folder else None
+    finally:
+        sink.close()
+    summary["iterations"] = run.state.iteration
+    summary["wall_s"] = time.perf_counter() - t0
+    if "eval/acc" in summary["metrics"]:
+        summary["eval/acc_final"] = summary["metrics"]["eval/acc"]
+        summary["eval/acc_greedy_final"] = summary["metrics"]["eval/acc_greedy"]
+    return summary

@@ -1,0 +1,134 @@
+"""The warm start: a short supervised stage on generated demonstrations, cached on disk.
+
+A randomly initialised tiny model never produces a parsable answer, so GRPO would see all-equal rewards
+and learn nothing. Before RL the engine therefore fine-tunes the fresh model for ``engine.warm_start_steps``
+AdamW steps on the task's demonstrations (prompt -> ``<think>..</think><answer>\\boxed{..}</answer>``,
+loss on the response tokens only). That teaches the format and part of the arithmetic: the base policy
+is right sometimes, wrong often, which is what GRPO needs.
+
+The result is cached at ``<cache_dir>/warm_start/<key>.safetensors``, the key hashing everything that
+determines it (architecture, tokenizer, task, demonstrations, seed, steps, init std, a format version), so
+trials of a sweep share one warm start. Two processes that start it at once take turns on a lock file;
+the file itself is written to a temp name and moved into place with ``os.replace``, so a reader never
+sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from grpo.engine.data import ArithmeticTask, Example
+from grpo.engine.hf_checkpoint import load_into, save_weights
+from grpo.engine.model import ModelArgs, Qwen2
+from grpo.engine.tokenizer import Tokenizer
+
+FORMAT_VERSION = 1
+BATCH_SIZE = 64
+PEAK_LR = 3e-3
+
+
+def default_cache_dir(configured: str | None) -> Path:
+    """engine.cache_dir, else $GRPO_CACHE_DIR, else ~/.cache/grpo-sweep."""
+    if configured:
+        return Path(configured).expanduser()
+    return Path(os.environ.get("GRPO_CACHE_DIR") or "~/.cache/grpo-sweep").expanduser()
+
+
+def cache_key(args: ModelArgs, tokenizer: Tokenizer, task: str, demos: int, seed: int, steps: int,
+              init_std: float) -> str:
+    blob = json.dumps({"v": FORMAT_VERSION, "arch": args.to_dict(), "tokenizer": tokenizer.fingerprint(),
+                       "task": task, "demos": demos, "seed": seed, "steps": steps,
+                       "init_std": init_std, "batch": BATCH_SIZE, "lr": PEAK_LR}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _demo_batch(tokenizer: Tokenizer, task: ArithmeticTask, examples: list[Example]):
+    """Right-padded prompt+demonstration+eos ids, and a mask that is 1 on the targets to learn."""
+    seqs, masks = [], []
+    for e in examples:
+        prompt = tokenizer.encode(tokenizer.chat_prompt(e.prompt))
+        answer = tokenizer.encode(task.demonstration(e)) + [tokenizer.eos_id]
+        seqs.append(prompt + answer)
+        masks.append([0] * len(prompt) + [1] * len(answer))
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tokenizer.pad_id, dtype=torch.long)
+    loss_mask = torch.zeros((len(seqs), width))
+    for i, (s, m) in enumerate(zip(seqs, masks)):
+        ids[i, : len(s)] = torch.tensor(s)
+        loss_mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
+    return ids, loss_mask
+
+
+def supervised_warm_start(model: Qwen2, tokenizer: Tokenizer, task: ArithmeticTask, examples: list[Example],
+                          steps: int, seed: int, log=None) -> None:
+    """``steps`` AdamW steps (batch 64, warmup then cosine) of next-token loss on the demonstrations."""
+    ids, loss_mask = _demo_batch(tokenizer, task, examples)
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), weight_decay=0.0)
+    warmup = max(1, steps // 10)
+    model.train()
+    for step in range(steps):
+        lr = PEAK_LR * min((step + 1) / warmup, 0.5 * (1 + math.cos(math.pi * step / steps)) * 0.9 + 0.1)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        rows = torch.randint(0, ids.shape[0], (BATCH_SIZE,), generator=gen)
+        batch, mask = ids[rows], loss_mask[rows]
+        logits = model(batch[:, :-1])[..., : tokenizer.vocab_size]
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
+                                                reduction="none").view(mask[:, 1:].shape)
+        loss = (nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if log and (step + 1) % max(1, steps // 5) == 0:
+            log(f"warm start step {step + 1}/{steps}: loss {loss.item():.4f}")
+    model.eval()
+
+
+def warm_started_policy(args: ModelArgs, tokenizer: Tokenizer, task: ArithmeticTask, seed: int, steps: int,
+                        init_std: float, cache_dir: Path, log=None) -> tuple[Qwen2, Path | None]:
+    """The fresh tiny policy after its (cached) warm start on ``task.demonstrations(seed)``, and its file."""
+    with torch.random.fork_rng():  # leave the caller's global RNG untouched
+        torch.manual_seed(seed)
+        model = Qwen2(args, init_std=init_std)
+    if steps == 0:
+        return model.eval(), None
+    examples = task.demonstrations(seed)
+    key = cache_key(args, tokenizer, task.name, len(examples), seed, steps, init_std)
+    folder = Path(cache_dir) / "warm_start"
+    file = folder / f"{key}.safetensors"
+    with _file_lock(folder / f"{key}.lock"):
+        if file.is_file():
+            if log:
+                log(f"warm start: cached {file}")
+            load_into(model, folder, file.name)
+            return model.eval(), file
+        if log:
+            log(f"warm start: {steps} supervised steps on {len(examples)} demonstrations -> {file}")
+        with torch.random.fork_rng():
+            supervised_warm_start(model, tokenizer, task, examples, steps, seed, log)
+        tmp_name = f".{key}.{os.getpid()}.tmp"
+        save_weights(model, folder, filename=tmp_name, write_config=False)
+        os.replace(folder / tmp_name, file)
+    return model.eval(), file

@@ -1,0 +1,82 @@
+"""`grpo-train`, the Hydra app: user errors exit 2 before Hydra runs, a real run, a 2-job multirun on Ray."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from grpo.engine.cli import jobs_of
+from grpo.engine.metrics import read_metrics
+
+FAST = ["megatron_training.train_iters=2", "engine.warm_start_steps=30", "megatron_training.global_batch_size=4",
+        "rl_config.mini_batch_size=2", "actor_config.micro_batch_size=8"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One warm-start cache for every run of this file."""
+    return tmp_path_factory.mktemp("grpo-cli-cache")
+
+
+def grpo_train(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "grpo.engine.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_unknown_key_is_one_error_line_and_exit_2():
+    proc = grpo_train("--config-name", "grpo_trainer_tiny_cpu", "rl_config.clip_rato=0.25")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert lines[0].startswith("error: ") and lines[0].endswith(
+        "rl_config.clip_rato: unknown key; did you mean rl_config.clip_ratio?")
+
+
+def test_every_job_of_a_multirun_is_checked_before_anything_runs(tmp_path):
+    proc = grpo_train("--multirun", "rl_config.clip_ratio=0.2,1.5", f"hydra.sweep.dir={tmp_path / 'm'}")
+    assert proc.returncode == 2
+    assert "rl_config.clip_ratio: must be <= 1 (got 1.5)" in proc.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_jobs_of_expands_like_hydra():
+    jobs = jobs_of(["a.b=1,2", "c=x", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2"], multirun=True)
+    assert sorted(jobs) == [["a.b=1", "c=x"], ["a.b=2", "c=x"]]
+    assert jobs_of(["a.b=1"], multirun=False) == [["a.b=1"]]
+
+
+def test_a_run_trains_into_the_hydra_output_dir(tmp_path, cache):
+    run_dir = tmp_path / "run"
+    # actor_config.no_save_optim is not spelt in the YAML: it must still be settable as a plain override
+    proc = grpo_train(*FAST, f"engine.cache_dir={cache}", f"hydra.run.dir={run_dir}",
+                      f"actor_config.save={tmp_path / 'ckpt'}", "actor_config.no_save_optim=true",
+                      "rl_config.clip_ratio=0.25")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [r["iteration"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]
+    assert (tmp_path / "ckpt" / "iter_0000002" / "model.safetensors").is_file()
+    assert not (tmp_path / "ckpt" / "iter_0000002" / "optim.pt").exists()
+    assert "grpo-train: 2 iterations" in proc.stdout
+
+
+def test_a_user_error_inside_the_run_exits_2(tmp_path, cache):
+    proc = grpo_train(*FAST, f"engine.cache_dir={cache}", f"hydra.run.dir={tmp_path / 'run'}",
+                      f"actor_config.load={tmp_path / 'missing'}")
+    assert proc.returncode == 2
+    assert f"error: {tmp_path / 'missing'}: actor_config.load: no such checkpoint folder" in proc.stderr
+
+
+@pytest.mark.slow
+def test_two_job_multirun_on_a_local_ray_cluster(tmp_path, cache):
+    sweep = tmp_path / "sweep"
+    proc = grpo_train("--multirun", "hydra/launcher=ray", "rl_config.clip_ratio=0.1,0.3", *FAST,
+                      f"engine.cache_dir={cache}", f"hydra.sweep.dir={sweep}",
+                      "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
+                      timeout=420)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    ratios = set()
+    for job in ("0", "1"):
+        assert [r["iteration"] for r in read_metrics(sweep / job / "metrics.jsonl")] == [1, 2]
+        overrides = yaml.safe_load((sweep / job / ".hydra" / "overrides.yaml").read_text())
+        ratios |= {o for o in overrides if o.startswith(("rl_config.clip_ratio", "++rl_config.clip_ratio"))}
+    assert ratios == {"++rl_config.clip_ratio=0.1", "++rl_config.clip_ratio=0.3"}

@@ -1,0 +1,264 @@
+"""Real GRPO runs on the tiny model: metrics, resume after an interruption (and after SIGKILL), bad input,
+atomic checkpoints, NaN, loading HF folders and user datasets, and a short learning run."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo.config import load_config
+from grpo.engine import TrainingDiverged, train
+from grpo.engine import checkpoint as ckpt
+from grpo.engine.metrics import read_metrics
+from grpo.errors import UserError
+
+REQUIRED = ["grpo/score/mean", "grpo/score/max", "grpo/score/min", "acc_rewards/mean", "strict_format_rewards/mean",
+            "actor/pg_loss", "actor/pg_clipfrac", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "actor/lr",
+            "actor/kl_coef", "response_length/mean", "response_length/max", "response_length/min",
+            "prompt_length/mean", "timing/all", "timing/rollout", "timing/update", "e2e_tps"]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("grpo-cache")
+
+
+def small(cache_dir, **extra) -> list[str]:
+    """A few-second run: 4 prompts x 4 samples, 2 optimizer steps per iteration, a 30-step warm start."""
+    values = {
+        "engine.cache_dir": str(cache_dir), "engine.warm_start_steps": 30, "engine.task_size": 64,
+        "megatron_training.global_batch_size": 4, "rl_config.n_samples_per_prompt": 4,
+        "rl_config.mini_batch_size": 2, "actor_config.micro_batch_size": 4, "megatron_training.train_iters": 4, "megatron_training.save_interval": 2,
+        "generate_config.sampling_config.max_tokens": 16, "actor_config.no_load_optim": False,
+        "actor_config.no_load_rng": False, "actor_config.lr": 1e-3,
+    }
+    values.update(extra)
+    return [f"{k}={'null' if v is None else v}" for k, v in values.items()]
+
+
+def comparable(rows):
+    return [{k: v for k, v in r.items() if not (k.startswith("timing/") or k.endswith("_tps"))} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(cache_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{"actor_config.save": str(root / "ckpt")}))
+    summary = train(cfg, root / "run")
+    return summary, read_metrics(root / "run" / "metrics.jsonl")
+
+
+def test_metrics_lines_have_mindspeed_names(uninterrupted):
+    summary, rows = uninterrupted
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    for name in REQUIRED:
+        assert name in rows[0], name
+    assert all(r["actor/pg_clipfrac"] >= 0 for r in rows)
+    assert all(r["actor/kl_loss"] >= 0 for r in rows) and rows[-1]["actor/kl_loss"] > 0  # low_var_kl >= 0
+    assert summary["stopped_early"] is False and summary["iterations"] == 4
+    assert Path(summary["checkpoint"]).name == "iter_0000004"
+
+
+def test_resume_after_an_interruption_equals_the_uninterrupted_run(cache_dir, tmp_path, uninterrupted):
+    _, expected = uninterrupted
+    overrides = small(cache_dir, **{"actor_config.save": str(tmp_path / "ckpt")})
+    stopped = train(load_config("grpo_trainer_tiny_cpu", overrides), tmp_path / "run",
+                    callback=lambda it, m: it == 3)  # stop after line 3; the last checkpoint is iteration 2
+    assert stopped["stopped_early"] and stopped["iterations"] == 3
+    assert (tmp_path / "ckpt" / ckpt.LATEST).read_text() == "2"
+    resumed = load_config("grpo_trainer_tiny_cpu", overrides + [f"actor_config.load={tmp_path / 'ckpt'}",
+                                                                "actor_config.finetune=false"])
+    summary = train(resumed, tmp_path / "run")
+    assert summary["start_iteration"] == 2
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]  # iteration 3 rerun, not duplicated
+    assert comparable(rows) == comparable(expected)
+
+
+def test_resume_after_sigkill_equals_the_uninterrupted_run(cache_dir, tmp_path, uninterrupted):
+    _, expected = uninterrupted
+    overrides = small(cache_dir, **{"actor_config.save": str(tmp_path / "ckpt")})
+    script = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from grpo.config import load_config
+        from grpo.engine import train
+        def hang(iteration, metrics):
+            if iteration == 3:
+                time.sleep(600)  # the test kills us here, after checkpoint 2 and metrics line 3
+        train(load_config("grpo_trainer_tiny_cpu", {overrides!r}), Path({str(tmp_path / "run")!r}), callback=hang)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.time() + 120
+        while len(read_metrics(tmp_path / "run" / "metrics.jsonl")) < 3:
+            assert proc.poll() is None, "the training subprocess ended early"
+            assert time.time() < deadline, "the training subprocess did not reach iteration 3"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None and proc.returncode is None:
+            proc.kill()  # a failed wait above must not leave the trainer running
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    resumed = load_config("grpo_trainer_tiny_cpu", overrides + [f"actor_config.load={tmp_path / 'ckpt'}",
+                                                                "actor_config.finetune=false"])
+    train(resumed, tmp_path / "run")
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert comparable(rows) == comparable(expected)
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "iter_0000002", "iter_0000004", ckpt.LATEST]
+
+
+def test_checkpoint_is_a_loadable_hf_folder_and_honours_no_save_flags(cache_dir, tmp_path):
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "actor_config.save": str(tmp_path / "ckpt"), "megatron_training.train_iters": 1,
+        "actor_config.no_save_optim": True, "actor_config.no_save_rng": True}))
+    train(cfg, tmp_path / "run")
+    folder = tmp_path / "ckpt" / "iter_0000001"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json", "model.safetensors", "reference.safetensors", "tokenizer.json", "tokenizer_config.json",
+        "trainer_state.json"]
+    transformers = pytest.importorskip("transformers")
+    model = transformers.Qwen2ForCausalLM.from_pretrained(folder)
+    assert model.config.hidden_size == cfg.model_arch.hidden_size
+    # resuming from it while asking for the optimizer state it lacks is a user error
+    resume = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "actor_config.load": str(tmp_path / "ckpt"), "actor_config.finetune": False,
+        "megatron_training.train_iters": 2}))
+    with pytest.raises(UserError, match="no_load_optim: the checkpoint has no optimizer state"):
+        train(resume, tmp_path / "run2")
+
+
+def test_a_failed_save_leaves_nothing_half_written(cache_dir, tmp_path, monkeypatch):
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "actor_config.save": str(tmp_path / "ckpt"), "megatron_training.save_interval": 1,
+        "megatron_training.train_iters": 2}))
+    real_save, calls = torch.save, []
+
+    def failing_save(obj, path, *a, **k):
+        calls.append(path)
+        if len(calls) == 3:  # optim.pt of the second checkpoint
+            raise OSError("disk full")
+        return real_save(obj, path, *a, **k)
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        train(cfg, tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["iter_0000001", ckpt.LATEST]
+    assert (tmp_path / "ckpt" / ckpt.LATEST).read_text() == "1"
+
+
+def test_nan_loss_raises_training_diverged(cache_dir, tmp_path):
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "actor_config.lr": 1e30, "actor_config.clip_grad": 0.0, "actor_config.save": str(tmp_path / "ckpt"),
+        "megatron_training.save_interval": 1, "megatron_training.train_iters": 6}))
+    with pytest.raises(TrainingDiverged, match="is (nan|inf)"):
+        train(cfg, tmp_path / "run")
+    leftovers = [p.name for p in (tmp_path / "ckpt").iterdir()] if (tmp_path / "ckpt").exists() else []
+    assert not [n for n in leftovers if n.startswith(".tmp")]
+    assert "TrainingDiverged" in (tmp_path / "run" / "train.log").read_text()
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"actor_config.load": "/nonexistent/ckpt"}, r"/nonexistent/ckpt: actor_config.load: no such checkpoint folder"),
+    ({"model.tiny_qwen.padded_vocab_size": 64}, r"model.tiny_qwen.padded_vocab_size: the tokenizer has \d+ tokens"),
+    ({"engine.task": "dataset", "megatron_training.data_path": "/nonexistent/data"},
+     r"/nonexistent/data: megatron_training.data_path: no such dataset"),
+    ({"rl_config.adv_estimator": "gae"}, r"rl_config.adv_estimator: gae needs a critic"),
+])
+def test_bad_input_is_a_user_error(cache_dir, tmp_path, extra, message):
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **extra))
+    with pytest.raises(UserError, match=message):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_empty_or_malformed_dataset_is_a_user_error(cache_dir, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "engine.task": "dataset", "megatron_training.data_path": str(empty)}))
+    with pytest.raises(UserError, match=f"{empty}: megatron_training.data_path: the dataset is empty"):
+        train(cfg, tmp_path / "run")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "1+1=?", "label": "2"}\n{"prompt": "2+2=?"}\n')
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "engine.task": "dataset", "megatron_training.data_path": str(bad)}))
+    with pytest.raises(UserError, match=f"{bad}:2: megatron_training.data_path: record has no label field"):
+        train(cfg, tmp_path / "run")
+
+
+def test_user_parquet_dataset_and_a_hf_folder_as_the_policy(cache_dir, tmp_path):
+    """A HF Qwen2 folder of the tiny architecture (weights + tokenizer) trains on a user parquet file."""
+    pd = pytest.importorskip("pandas")
+    transformers = pytest.importorskip("transformers")
+    from grpo.engine.tokenizer import build_task_tokenizer
+
+    pd.DataFrame({"prompt": [f"{a}+{a}=?" for a in range(10, 26)],
+                  "label": [str(2 * a) for a in range(10, 26)]}).to_parquet(tmp_path / "train.parquet")
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "engine.task": "dataset", "megatron_training.data_path": str(tmp_path / "train.parquet"),
+        "actor_config.load": str(tmp_path / "hf"), "megatron_training.train_iters": 1}))
+    arch = cfg.model_arch
+    hf_model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=arch.padded_vocab_size, hidden_size=arch.hidden_size, intermediate_size=arch.ffn_hidden_size,
+        num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=arch.num_query_groups, tie_word_embeddings=not arch.untie_embeddings_and_output_weights))
+    hf_model.save_pretrained(tmp_path / "hf")
+    build_task_tokenizer().save(tmp_path / "hf")
+    summary = train(cfg, tmp_path / "run")
+    assert summary["iterations"] == 1
+    assert "loaded weights from" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_tensorboard_events_are_written(cache_dir, tmp_path):
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "rl_config.use_tensorboard": True, "megatron_training.train_iters": 1}))
+    train(cfg, tmp_path / "run")
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_adaptive_kl_coefficient_really_moves(cache_dir, tmp_path):
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "rl_config.kl_ctrl_type": "adaptive", "rl_config.init_kl_coef": 0.05, "rl_config.kl_target": 1.0,
+        "rl_config.kl_horizon": 16, "megatron_training.train_iters": 3}))
+    train(cfg, tmp_path / "run")
+    coefs = [r["actor/kl_coef"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")]
+    # KL far below the target: the error clips at -0.2 and each iteration of 16 responses scales by 0.8
+    assert coefs == pytest.approx([0.05, 0.05 * 0.8, 0.05 * 0.8 * 0.8])
+
+
+@pytest.mark.slow
+def test_grpo_raises_accuracy_on_a_fixed_prompt_set(cache_dir, tmp_path):
+    """The real warm start, then GRPO on 16 prompts it answers right about a third of the time."""
+    cfg = load_config("grpo_trainer_tiny_cpu", [
+        f"engine.cache_dir={cache_dir}", "engine.task_size=16", "megatron_training.global_batch_size=16",
+        "rl_config.mini_batch_size=8", "megatron_training.train_iters=24", "actor_config.lr=2e-4",
+        "actor_config.lr_warmup_fraction=0.05"])
+    train(cfg, tmp_path / "run")
+    acc = [r["grpo/acc/mean"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")]
+    first, last = sum(acc[:6]) / 6, sum(acc[-6:]) / 6
+    assert 0.05 < first < 0.8, acc  # the warm-started base has signal and room
+    assert last > first + 0.1, acc
+
+
+def test_recomputed_old_logprobs_match_the_samplers_own(cache_dir, tmp_path):
+    """MindSpeed-RL recomputes old log-probs (skipping the first mini batch); reusing the sampler's is the
+    same quantity, so the first iteration's losses agree to float error."""
+    runs = []
+    for recompute in (False, True):
+        cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+            "engine.recompute_old_logprobs": recompute, "megatron_training.train_iters": 1}))
+        train(cfg, tmp_path / str(recompute))
+        runs.append(read_metrics(tmp_path / str(recompute) / "metrics.jsonl")[0])
+    reuse, recompute = runs
+    assert reuse["grpo/score/mean"] == recompute["grpo/score/mean"]
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+        assert reuse[key] == pytest.approx(recompute[key], rel=1e-3, abs=1e-5), key
