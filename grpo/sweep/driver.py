@@ -201,9 +201,7 @@ class _Driver:
                 infeasible_in_a_row = 0
                 self.pending = live
             live = self.pending
-            if not self.sched.fits(live.options):
-                if not self.live:  # nothing of ours will free room: another tenant holds it; wait
-                    pass
+            if not self.sched.fits(live.options):  # wait for room: ours frees as trials end
                 return infeasible_in_a_row
             self.pending = None
             self._submit(live)
@@ -268,7 +266,7 @@ class _Driver:
             extra += _tracking_overrides(spec, trial.number, k)
             if resume_from:
                 old_ckpt = (Path(resume_from) / "runs" / f"seed{k}" / "ckpt").resolve()
-                if _has_checkpoint(old_ckpt):
+                if _checkpoint_iteration(old_ckpt) is not None:
                     extra += [f"actor_config.load={old_ckpt}", "actor_config.finetune=false",
                               "actor_config.no_load_optim=false", "actor_config.no_load_rng=false"]
                     resumed = True
@@ -302,7 +300,7 @@ class _Driver:
         if not resume_from or not live.job.resume:
             return
         start_at = {}
-        for k, run in enumerate(live.job.runs):
+        for run in live.job.runs:
             start_at[run.seed] = _checkpoint_iteration(Path(run.cfg.actor_config.load)) or 0
         # What the old driver persisted, completed from the old runs' own metrics files: iterations the
         # worker finished (and checkpointed) but whose metrics never reached the dead driver.
@@ -487,10 +485,6 @@ def _set_constraint(trial: optuna.Trial, violation: float) -> None:
             setter([violation])
         except Exception:
             pass
-
-
-def _has_checkpoint(path: Path) -> bool:
-    return _checkpoint_iteration(path) is not None
 
 
 def _checkpoint_iteration(path: Path) -> int | None:

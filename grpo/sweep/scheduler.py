@@ -101,7 +101,10 @@ class RayScheduler:
         for slot in self._idle:  # idle actors of other shapes can be evicted
             for k, v in _demand(slot.shape).items():
                 used[k] -= v
-        return all(self._total.get(k, 0.0) - used.get(k, 0.0) >= v - 1e-9 for k, v in _demand(shape).items())
+        return self._has_room(_demand(shape), used)
+
+    def _has_room(self, need: dict[str, float], used: dict[str, float]) -> bool:
+        return all(self._total.get(k, 0.0) - used.get(k, 0.0) >= v - 1e-9 for k, v in need.items())
 
     @property
     def running(self) -> int:
@@ -126,8 +129,7 @@ class RayScheduler:
 
         need = _demand(shape)
         while self._idle:
-            used = self._used()
-            if all(self._total.get(k, 0.0) - used.get(k, 0.0) >= v - 1e-9 for k, v in need.items()):
+            if self._has_room(need, self._used()):
                 return
             ray.kill(self._idle.pop(0).actor)
 
