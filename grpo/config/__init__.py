@@ -26,8 +26,25 @@ from grpo.config.schema import (
 from grpo.config.validate import cli_validate
 
 __all__ = [
-    "ActorConfig", "Derived", "EngineConfig", "GenerateConfig", "GRPOConfig", "MegatronTrainingConfig",
-    "ModelConfig", "RLConfig", "config_from_dict", "ResourceConfig", "RULES", "SamplingConfig", "check_rules", "cli_validate",
-    "default_config_dir", "derive", "known_keys", "load_config", "render_mindspeed", "render_mindspeed_model",
+    "RULES",
+    "ActorConfig",
+    "Derived",
+    "EngineConfig",
+    "GRPOConfig",
+    "GenerateConfig",
+    "MegatronTrainingConfig",
+    "ModelConfig",
+    "RLConfig",
+    "ResourceConfig",
+    "SamplingConfig",
+    "check_rules",
+    "cli_validate",
+    "config_from_dict",
+    "default_config_dir",
+    "derive",
+    "known_keys",
+    "load_config",
+    "render_mindspeed",
+    "render_mindspeed_model",
     "suggest_key",
 ]

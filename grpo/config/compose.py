@@ -17,8 +17,9 @@ import copy
 import os
 import threading
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 from omegaconf import OmegaConf, open_dict
@@ -99,15 +100,16 @@ def _check_group_options(group: str, value: Any, dirs: Sequence[Path], source: s
 def _defaults_has_group(primary: Any, group: str) -> bool:
     defaults = primary.get("defaults", []) if isinstance(primary, dict) else []
     for entry in defaults or []:
-        if isinstance(entry, dict) and any(str(k).lstrip("+").split("@")[0].removeprefix("override ") == group
-                                           for k in entry):
+        if isinstance(entry, dict) and any(
+            str(k).lstrip("+").split("@")[0].removeprefix("override ") == group for k in entry
+        ):
             return True
     return False
 
 
 def _canonical(text: str, key: str) -> str:
     """``rl_config.shuffle_minibatch=x`` -> ``rl_config.shuffle_mini_batch=x`` (see KEY_ALIASES)."""
-    return KEY_ALIASES[key] + text[len(key):] if key in KEY_ALIASES and text.startswith(key) else text
+    return KEY_ALIASES[key] + text[len(key) :] if key in KEY_ALIASES and text.startswith(key) else text
 
 
 def _hydra_overrides(overrides: Sequence[str], primary: Any, source: str, dirs: Sequence[Path]) -> list[str]:
@@ -139,8 +141,9 @@ def _hydra_overrides(overrides: Sequence[str], primary: Any, source: str, dirs: 
     return out
 
 
-def _compose(primary_dir: Path, name: str, overrides: list[str], extra_dirs: Sequence[Path],
-             source: str) -> dict[str, Any]:
+def _compose(
+    primary_dir: Path, name: str, overrides: list[str], extra_dirs: Sequence[Path], source: str
+) -> dict[str, Any]:
     """Hydra compose; returns the resolved plain dict with ``layout`` set to the chosen layout."""
     if extra_dirs:
         paths = ",".join(f"file://{d}" for d in extra_dirs)
@@ -202,8 +205,9 @@ def validate_dict(data: dict[str, Any], source: str = "config", config_dir: Path
     return cfg
 
 
-def load_config(name_or_path: str | os.PathLike, overrides: Sequence[str] = (),
-                config_dir: str | os.PathLike | None = None) -> GRPOConfig:
+def load_config(
+    name_or_path: str | os.PathLike, overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None
+) -> GRPOConfig:
     """Compose, validate and rule-check one grpo_trainer config.
 
     ``name_or_path`` is a config name in the config dir or a path to a YAML file; ``overrides`` are

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from functools import lru_cache
+
 from pydantic import AliasChoices, BaseModel
 
 from grpo.config.schema import GRPOConfig, ModelConfig
@@ -88,7 +89,7 @@ def suggest_key(key: str) -> str | None:
     keys = _static_keys()
     parent, _, leaf = generic.rpartition(".")
     prefix = parent + "." if parent else ""
-    siblings = [k[len(prefix):] for k in keys if k.startswith(prefix) and "." not in k[len(prefix):]]
+    siblings = [k[len(prefix) :] for k in keys if k.startswith(prefix) and "." not in k[len(prefix) :]]
     if not parent:  # top level: the section names
         siblings = sorted({k.split(".")[0] for k in keys})
     match = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)

@@ -94,8 +94,12 @@ def _allowed(info: FieldInfo) -> str:
         return ", ".join(f"`{v}`" for v in values)
     bounds = []
     for meta in info.metadata:
-        for cls, attr, sign in ((annotated_types.Ge, "ge", ">="), (annotated_types.Gt, "gt", ">"),
-                                (annotated_types.Le, "le", "<="), (annotated_types.Lt, "lt", "<")):
+        for cls, attr, sign in (
+            (annotated_types.Ge, "ge", ">="),
+            (annotated_types.Gt, "gt", ">"),
+            (annotated_types.Le, "le", "<="),
+            (annotated_types.Lt, "lt", "<"),
+        ):
             if isinstance(meta, cls):
                 bounds.append(f"{sign} {_num(getattr(meta, attr))}")
     return ", ".join(bounds)
@@ -132,18 +136,30 @@ def _key(name: str, info: FieldInfo) -> str:
 
 
 def section_table(prefix: str, model: type[BaseModel]) -> str:
-    lines = [f"## `{prefix}`", "", (model.__doc__ or "").strip().splitlines()[0], "",
-             "| key | type | default | allowed | description |", "|---|---|---|---|---|"]
+    lines = [
+        f"## `{prefix}`",
+        "",
+        (model.__doc__ or "").strip().splitlines()[0],
+        "",
+        "| key | type | default | allowed | description |",
+        "|---|---|---|---|---|",
+    ]
     for name, info in model.model_fields.items():
-        lines.append(f"| {_key(name, info)} | {_type_name(info.annotation)} | {_default(info)} | "
-                     f"{_allowed(info)} | {info.description or ''} |")
+        lines.append(
+            f"| {_key(name, info)} | {_type_name(info.annotation)} | {_default(info)} | "
+            f"{_allowed(info)} | {info.description or ''} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def rules_section() -> str:
-    lines = ["## Cross-field rules", "",
-             "Checked on every composed config before anything runs (`grpo.config.check_rules`); each broken "
-             "rule is one error line naming the keys and values.", ""]
+    lines = [
+        "## Cross-field rules",
+        "",
+        "Checked on every composed config before anything runs (`grpo.config.check_rules`); each broken "
+        "rule is one error line naming the keys and values.",
+        "",
+    ]
     for rule in RULES:
         first = (rule.__doc__ or "").strip().splitlines()[0]
         lines.append(f"- `{rule.__name__}`: {first}")
@@ -155,8 +171,10 @@ def generate() -> str:
     top = GRPOConfig.model_fields["layout"]
     parts = [INTRO, rules_section()]
     parts += [section_table(prefix, model) for prefix, model in TABLES]
-    parts.append("## top level\n\n| key | type | default | allowed | description |\n|---|---|---|---|---|\n"
-                 f"| `layout` | {_type_name(top.annotation)} | null | a file in `configs/layout/` | {top.description} |\n")
+    parts.append(
+        "## top level\n\n| key | type | default | allowed | description |\n|---|---|---|---|---|\n"
+        f"| `layout` | {_type_name(top.annotation)} | null | a file in `configs/layout/` | {top.description} |\n"
+    )
     return "\n".join(parts)
 
 

@@ -13,7 +13,7 @@ optimizer step consumes ``mini_batch_size * n_samples_per_prompt`` responses.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from grpo.config.schema import GRPOConfig, ModelConfig
 
@@ -48,8 +48,10 @@ def _layout_ok(cfg: GRPOConfig) -> bool:
 def model_is_loaded(cfg: GRPOConfig) -> str | None:
     """megatron_training.model and actor_config.model name a model the defaults list loads."""
     loaded = ", ".join(sorted(cfg.model)) or "none"
-    for key, name in (("megatron_training.model", cfg.megatron_training.model),
-                      ("actor_config.model", cfg.actor_config.model)):
+    for key, name in (
+        ("megatron_training.model", cfg.megatron_training.model),
+        ("actor_config.model", cfg.actor_config.model),
+    ):
         if name not in cfg.model:
             return f"{key}: model '{name}' is not loaded by the defaults list (loaded: {loaded})"
     return None
@@ -60,8 +62,10 @@ def npus_divisible_by_train_tp_pp(cfg: GRPOConfig) -> str | None:
     """num_npus % (TP * PP) == 0: the train data-parallel size DP = num_npus / (TP * PP) is whole."""
     npus, tp, pp, _, _ = _sizes(cfg)
     if npus % (tp * pp):
-        return (f"{NPUS}={npus} is not divisible by {TP}*{PP}={tp}*{pp}={tp * pp} "
-                f"(train DP = num_npus / (TP*PP) must be a whole number)")
+        return (
+            f"{NPUS}={npus} is not divisible by {TP}*{PP}={tp}*{pp}={tp * pp} "
+            f"(train DP = num_npus / (TP*PP) must be a whole number)"
+        )
     return None
 
 
@@ -84,8 +88,7 @@ def dp_share_divisible_by_micro_batch(cfg: GRPOConfig) -> str | None:
     gbs, n = cfg.megatron_training.global_batch_size, cfg.rl_config.n_samples_per_prompt
     mbs = cfg.actor_config.micro_batch_size
     if gbs % dp == 0 and (gbs // dp * n) % mbs:
-        return (f"{GBS}/DP*{N} = {gbs}/{dp}*{n} = {gbs // dp * n} responses per rank "
-                f"is not divisible by {MBS}={mbs}")
+        return f"{GBS}/DP*{N} = {gbs}/{dp}*{n} = {gbs // dp * n} responses per rank is not divisible by {MBS}={mbs}"
     return None
 
 
@@ -94,8 +97,10 @@ def heads_divisible_by_tp(cfg: GRPOConfig) -> str | None:
     arch = _arch(cfg)
     tp = cfg.actor_config.tensor_model_parallel_size
     if arch and arch.num_attention_heads % tp:
-        return (f"model.{cfg.actor_config.model}.num_attention_heads={arch.num_attention_heads} "
-                f"is not divisible by {TP}={tp}")
+        return (
+            f"model.{cfg.actor_config.model}.num_attention_heads={arch.num_attention_heads} "
+            f"is not divisible by {TP}={tp}"
+        )
     return None
 
 
@@ -106,8 +111,10 @@ def query_groups_divisible_by_tp(cfg: GRPOConfig) -> str | None:
     if arch and arch.num_attention_heads % tp:
         return None  # groups divide heads: heads_divisible_by_tp already names the cause
     if arch and arch.effective_query_groups % tp:
-        return (f"model.{cfg.actor_config.model}.num_query_groups={arch.effective_query_groups} "
-                f"is not divisible by {TP}={tp}")
+        return (
+            f"model.{cfg.actor_config.model}.num_query_groups={arch.effective_query_groups} "
+            f"is not divisible by {TP}={tp}"
+        )
     return None
 
 
@@ -125,8 +132,9 @@ def vocab_divisible_by_tp(cfg: GRPOConfig) -> str | None:
     arch = _arch(cfg)
     tp = cfg.actor_config.tensor_model_parallel_size
     if arch and arch.padded_vocab_size % tp:
-        return (f"model.{cfg.actor_config.model}.padded_vocab_size={arch.padded_vocab_size} "
-                f"is not divisible by {TP}={tp}")
+        return (
+            f"model.{cfg.actor_config.model}.padded_vocab_size={arch.padded_vocab_size} is not divisible by {TP}={tp}"
+        )
     return None
 
 
@@ -194,8 +202,10 @@ def mini_batch_divisible_by_dp_micro_batches(cfg: GRPOConfig) -> str | None:
     mini, n = cfg.rl_config.mini_batch_size, cfg.rl_config.n_samples_per_prompt
     mbs = cfg.actor_config.micro_batch_size
     if (mini * n) % (dp * mbs):
-        return (f"rl_config.mini_batch_size*{N} = {mini}*{n} = {mini * n} responses per optimizer step "
-                f"is not divisible by train DP*{MBS} = {dp}*{mbs} = {dp * mbs}")
+        return (
+            f"rl_config.mini_batch_size*{N} = {mini}*{n} = {mini * n} responses per optimizer step "
+            f"is not divisible by train DP*{MBS} = {dp}*{mbs} = {dp * mbs}"
+        )
     return None
 
 
@@ -204,8 +214,10 @@ def verifier_lengths_match(cfg: GRPOConfig) -> str | None:
     """len(verifier_function) == len(verifier_weight): one weight per rule reward."""
     fns, weights = cfg.rl_config.verifier_function, cfg.rl_config.verifier_weight
     if len(fns) != len(weights):
-        return (f"rl_config.verifier_function has {len(fns)} entries {list(fns)} but "
-                f"rl_config.verifier_weight has {len(weights)} {list(weights)}")
+        return (
+            f"rl_config.verifier_function has {len(fns)} entries {list(fns)} but "
+            f"rl_config.verifier_weight has {len(weights)} {list(weights)}"
+        )
     return None
 
 
@@ -237,11 +249,15 @@ def recompute_method_needs_full(cfg: GRPOConfig) -> str | None:
     """recompute_method / recompute_num_layers only apply with recompute_granularity=full."""
     m = cfg.megatron_training
     if m.recompute_method is not None and m.recompute_granularity != "full":
-        return (f"megatron_training.recompute_method={m.recompute_method} needs "
-                f"megatron_training.recompute_granularity=full (got {m.recompute_granularity})")
+        return (
+            f"megatron_training.recompute_method={m.recompute_method} needs "
+            f"megatron_training.recompute_granularity=full (got {m.recompute_granularity})"
+        )
     if m.recompute_granularity == "full" and (m.recompute_method is None or m.recompute_num_layers is None):
-        return ("megatron_training.recompute_granularity=full needs megatron_training.recompute_method and "
-                f"megatron_training.recompute_num_layers (got {m.recompute_method}, {m.recompute_num_layers})")
+        return (
+            "megatron_training.recompute_granularity=full needs megatron_training.recompute_method and "
+            f"megatron_training.recompute_num_layers (got {m.recompute_method}, {m.recompute_num_layers})"
+        )
     return None
 
 
@@ -251,9 +267,11 @@ def max_model_len_fits_prompt_and_response(cfg: GRPOConfig) -> str | None:
     gen, rl = cfg.generate_config, cfg.rl_config
     need = rl.max_prompt_length + gen.sampling_config.max_tokens
     if gen.max_model_len < need:
-        return (f"generate_config.max_model_len={gen.max_model_len} is smaller than rl_config.max_prompt_length"
-                f" + generate_config.sampling_config.max_tokens = {rl.max_prompt_length} + "
-                f"{gen.sampling_config.max_tokens} = {need}")
+        return (
+            f"generate_config.max_model_len={gen.max_model_len} is smaller than rl_config.max_prompt_length"
+            f" + generate_config.sampling_config.max_tokens = {rl.max_prompt_length} + "
+            f"{gen.sampling_config.max_tokens} = {need}"
+        )
     return None
 
 
@@ -261,8 +279,10 @@ def max_model_len_fits_seq_length(cfg: GRPOConfig) -> str | None:
     """max_model_len >= seq_length (MindSpeed-RL's check): training sequences fit the rollout engine."""
     gen, m = cfg.generate_config, cfg.megatron_training
     if gen.max_model_len < m.seq_length:
-        return (f"generate_config.max_model_len={gen.max_model_len} is smaller than "
-                f"megatron_training.seq_length={m.seq_length}")
+        return (
+            f"generate_config.max_model_len={gen.max_model_len} is smaller than "
+            f"megatron_training.seq_length={m.seq_length}"
+        )
     return None
 
 
@@ -271,8 +291,10 @@ def positions_fit_max_model_len(cfg: GRPOConfig) -> str | None:
     arch = _arch(cfg)
     max_len = cfg.generate_config.max_model_len
     if arch and arch.max_position_embeddings < max_len:
-        return (f"model.{cfg.actor_config.model}.max_position_embeddings={arch.max_position_embeddings} "
-                f"is smaller than generate_config.max_model_len={max_len}")
+        return (
+            f"model.{cfg.actor_config.model}.max_position_embeddings={arch.max_position_embeddings} "
+            f"is smaller than generate_config.max_model_len={max_len}"
+        )
     return None
 
 
@@ -283,11 +305,15 @@ def heads_divide_hidden_and_groups(cfg: GRPOConfig) -> str | None:
         return None
     name = cfg.actor_config.model
     if arch.hidden_size % arch.num_attention_heads:
-        return (f"model.{name}.hidden_size={arch.hidden_size} is not divisible by "
-                f"model.{name}.num_attention_heads={arch.num_attention_heads}")
+        return (
+            f"model.{name}.hidden_size={arch.hidden_size} is not divisible by "
+            f"model.{name}.num_attention_heads={arch.num_attention_heads}"
+        )
     if arch.num_attention_heads % arch.effective_query_groups:
-        return (f"model.{name}.num_attention_heads={arch.num_attention_heads} is not divisible by "
-                f"model.{name}.num_query_groups={arch.effective_query_groups}")
+        return (
+            f"model.{name}.num_attention_heads={arch.num_attention_heads} is not divisible by "
+            f"model.{name}.num_query_groups={arch.effective_query_groups}"
+        )
     return None
 
 

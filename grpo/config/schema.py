@@ -36,7 +36,9 @@ class ModelConfig(Section):
     ffn_hidden_size: int = Field(gt=0, description="Inner dimension of the MLP (SwiGLU) block.")
     num_attention_heads: int = Field(gt=0, description="Number of query attention heads.")
     group_query_attention: bool = Field(False, description="Use grouped-query attention (num_query_groups KV heads).")
-    num_query_groups: int = Field(1, gt=0, description="Number of key/value head groups when group_query_attention is on.")
+    num_query_groups: int = Field(
+        1, gt=0, description="Number of key/value head groups when group_query_attention is on."
+    )
     padded_vocab_size: int = Field(gt=0, description="Vocabulary size after padding (embedding rows).")
     make_vocab_size_divisible_by: int = Field(1, ge=1, description="Pad the vocabulary to a multiple of this.")
     max_position_embeddings: int = Field(gt=0, description="Longest sequence the position encoding supports.")
@@ -68,11 +70,15 @@ class MegatronTrainingConfig(Section):
         32, gt=0, description="Prompts per iteration; actor and rollout weights are synchronised after each."
     )
     data_path: str = Field("./dataset/data", description="Dataset path prefix (MindSpeed style, e.g. /dataset/data).")
-    tokenizer_type: str = Field("PretrainedFromHF", description="Tokenizer family (PretrainedFromHF loads a HF folder).")
+    tokenizer_type: str = Field(
+        "PretrainedFromHF", description="Tokenizer family (PretrainedFromHF loads a HF folder)."
+    )
     tokenizer_name_or_path: str | None = Field(
         None, description="Tokenizer folder (a Hugging Face checkpoint folder); null = the engine's built-in tokenizer."
     )
-    seq_length: int = Field(2048, gt=0, description="Training sequence length (must fit in generate_config.max_model_len).")
+    seq_length: int = Field(
+        2048, gt=0, description="Training sequence length (must fit in generate_config.max_model_len)."
+    )
     train_iters: int = Field(1000, gt=0, description="Number of GRPO iterations.")
     save_interval: int = Field(200, gt=0, description="Save a checkpoint every this many iterations.")
     seed: int = Field(1234, ge=0, description="Random seed of training and data order.")
@@ -114,7 +120,9 @@ class ActorConfig(Section):
     """Training settings of the actor (and reference) model (MindSpeed-RL `actor_config`)."""
 
     model: str = Field(description="Name of the actor model (a key of `model`).")
-    micro_batch_size: int = Field(1, gt=0, description="Responses per forward/backward pass (gradient accumulation unit).")
+    micro_batch_size: int = Field(
+        1, gt=0, description="Responses per forward/backward pass (gradient accumulation unit)."
+    )
     tensor_model_parallel_size: int = Field(1, ge=1, description="Training tensor-parallel size (TP).")
     pipeline_model_parallel_size: int = Field(1, ge=1, description="Training pipeline-parallel size (PP).")
     lr: float = Field(1e-6, gt=0, description="Peak learning rate.")
@@ -155,10 +163,16 @@ class RLConfig(Section):
     guarantee_order: bool = Field(False, description="Keep sample order in the TransferDock.")
     gamma: float = Field(1.0, ge=0, le=1, description="Reward discount factor.")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
-    actor_forward_micro_batch_size: int = Field(1, gt=0, description="Micro batch of the actor's log-prob forward pass.")
-    ref_forward_micro_batch_size: int = Field(1, gt=0, description="Micro batch of the reference log-prob forward pass.")
+    actor_forward_micro_batch_size: int = Field(
+        1, gt=0, description="Micro batch of the actor's log-prob forward pass."
+    )
+    ref_forward_micro_batch_size: int = Field(
+        1, gt=0, description="Micro batch of the reference log-prob forward pass."
+    )
     adv_estimator: Literal["group_norm", "gae"] = Field("group_norm", description="Advantage estimator.")
-    kl_penalty: Literal["kl", "abs", "mse", "low_var_kl"] = Field("low_var_kl", description="KL estimator of the KL term.")
+    kl_penalty: Literal["kl", "abs", "mse", "low_var_kl"] = Field(
+        "low_var_kl", description="KL estimator of the KL term."
+    )
     kl_ctrl_type: Literal["fixed", "adaptive"] = Field("fixed", description="KL coefficient control.")
     init_kl_coef: float = Field(0.01, ge=0, description="(Initial) weight of the KL loss.")
     kl_target: float = Field(0.1, gt=0, description="Target KL of the adaptive controller (kl_ctrl_type=adaptive).")
@@ -212,8 +226,14 @@ class SamplingConfig(Section):
 
     logprobs: int = Field(1, ge=0, description="Top log-probabilities returned per token.")
     max_tokens: int = Field(2048, gt=0, description="Longest response in tokens.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: smallest token set with this total probability.")
-    top_k: int = Field(-1, json_schema_extra={"allowed": "-1 or >= 1"}, description="Sample among the top_k most likely tokens (-1 = all).")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="Nucleus sampling: smallest token set with this total probability."
+    )
+    top_k: int = Field(
+        -1,
+        json_schema_extra={"allowed": "-1 or >= 1"},
+        description="Sample among the top_k most likely tokens (-1 = all).",
+    )
     min_p: float = Field(0.0, ge=0, lt=1, description="Drop tokens less likely than min_p times the top token.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     seed: int | None = Field(None, ge=0, description="Sampling seed (null = random).")
@@ -235,12 +255,16 @@ class GenerateConfig(Section):
     offload_train_grad: bool = Field(False, description="Offload training gradients during rollout.")
     offload_train_param: bool = Field(False, description="Offload training weights during rollout.")
     infer_tensor_parallel_size: int = Field(1, ge=1, description="Rollout tensor-parallel size.")
-    infer_pipeline_parallel_size: int = Field(1, ge=1, description="Rollout pipeline-parallel size (only 1 is supported).")
+    infer_pipeline_parallel_size: int = Field(
+        1, ge=1, description="Rollout pipeline-parallel size (only 1 is supported)."
+    )
     infer_expert_parallel_size: int = Field(1, ge=1, description="Rollout expert-parallel size (MoE models).")
     max_num_seqs: int = Field(1024, gt=0, description="Most sequences vLLM runs at once.")
     max_model_len: int = Field(4096, gt=0, description="Longest prompt + response vLLM handles.")
     max_num_batched_tokens: int = Field(8192, gt=0, description="Most tokens in one vLLM scheduler step.")
-    enforce_eager: bool = Field(True, description="Run PyTorch eagerly (turn off only for DeepSeek V3 torchair graphs).")
+    enforce_eager: bool = Field(
+        True, description="Run PyTorch eagerly (turn off only for DeepSeek V3 torchair graphs)."
+    )
     torchair_graph: bool | None = Field(None, description="Torchair graph mode (DeepSeek V3).")
     enable_expert_parallel: bool | None = Field(None, description="Split MoE experts across devices.")
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field("bfloat16", description="Rollout weight dtype.")
@@ -308,7 +332,7 @@ class GRPOConfig(BaseModel):
         """Plain nested dict of every field; ``GRPOConfig.model_validate(cfg.to_dict())`` gives it back."""
         return self.model_dump(mode="json")
 
-    def with_overrides(self, overrides: list[str] | tuple[str, ...]) -> "GRPOConfig":
+    def with_overrides(self, overrides: list[str] | tuple[str, ...]) -> GRPOConfig:
         """A copy with Hydra-style overrides applied (``a.b=1``, ``layout=tp2_pp2``), re-validated."""
         from grpo.config.compose import apply_overrides
 

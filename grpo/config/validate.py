@@ -6,7 +6,8 @@ Exit 0 after printing; every user mistake propagates as a UserError, which the C
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import yaml
 from rich.console import Console

@@ -37,9 +37,9 @@ LATEST = "latest_checkpointed_iteration.txt"
 
 @dataclass
 class TrainerState:
-    iteration: int = 0          # iterations completed
-    consumed_prompts: int = 0   # position in the data order
-    optimizer_steps: int = 0    # position in the lr schedule
+    iteration: int = 0  # iterations completed
+    consumed_prompts: int = 0  # position in the data order
+    optimizer_steps: int = 0  # position in the lr schedule
     kl_coef: float = 0.0
 
 
@@ -54,8 +54,12 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def rng_state(generator: torch.Generator) -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-             "generator": generator.get_state()}
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "generator": generator.get_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -70,9 +74,17 @@ def set_rng_state(state: dict, generator: torch.Generator) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(root: Path, state: TrainerState, policy: Qwen2, reference: Qwen2, tokenizer: Tokenizer,
-                    optimizer: torch.optim.Optimizer, generator: torch.Generator,
-                    save_optim: bool = True, save_rng: bool = True) -> Path:
+def save_checkpoint(
+    root: Path,
+    state: TrainerState,
+    policy: Qwen2,
+    reference: Qwen2,
+    tokenizer: Tokenizer,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    save_optim: bool = True,
+    save_rng: bool = True,
+) -> Path:
     """Write iteration ``state.iteration`` under ``root``; returns its folder."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -123,7 +135,7 @@ class Loaded:
     """What ``load_checkpoint`` read; the caller applies the parts it wants."""
 
     folder: Path
-    state: TrainerState | None      # None for a plain HF folder (weights only)
+    state: TrainerState | None  # None for a plain HF folder (weights only)
     has_reference: bool
     optim_file: Path | None
     rng_file: Path | None
@@ -141,12 +153,19 @@ def describe_load(path: Path) -> Loaded:
         state = TrainerState(**json.loads((folder / "trainer_state.json").read_text()))
         optim = folder / "optim.pt"
         rng = folder / "rng.pt"
-        return Loaded(folder, state, (folder / "reference.safetensors").is_file(),
-                      optim if optim.is_file() else None, rng if rng.is_file() else None)
+        return Loaded(
+            folder,
+            state,
+            (folder / "reference.safetensors").is_file(),
+            optim if optim.is_file() else None,
+            rng if rng.is_file() else None,
+        )
     if is_hf_folder(path):
         return Loaded(path, None, False, None, None)
-    raise UserError(f"{path}: actor_config.load: neither a grpo-sweep checkpoint ({LATEST} or trainer_state.json) "
-                    f"nor a Hugging Face folder (config.json + *.safetensors)")
+    raise UserError(
+        f"{path}: actor_config.load: neither a grpo-sweep checkpoint ({LATEST} or trainer_state.json) "
+        f"nor a Hugging Face folder (config.json + *.safetensors)"
+    )
 
 
 def load_reference(model: Qwen2, loaded: Loaded) -> None:
@@ -155,13 +174,17 @@ def load_reference(model: Qwen2, loaded: Loaded) -> None:
 
 def load_optimizer(optimizer: torch.optim.Optimizer, loaded: Loaded) -> None:
     if loaded.optim_file is None:
-        raise UserError(f"{loaded.folder}: actor_config.no_load_optim: the checkpoint has no optimizer state "
-                        f"(saved with no_save_optim); set actor_config.no_load_optim=true")
+        raise UserError(
+            f"{loaded.folder}: actor_config.no_load_optim: the checkpoint has no optimizer state "
+            f"(saved with no_save_optim); set actor_config.no_load_optim=true"
+        )
     optimizer.load_state_dict(torch.load(loaded.optim_file, weights_only=False))
 
 
 def load_rng(generator: torch.Generator, loaded: Loaded) -> None:
     if loaded.rng_file is None:
-        raise UserError(f"{loaded.folder}: actor_config.no_load_rng: the checkpoint has no RNG state "
-                        f"(saved with no_save_rng); set actor_config.no_load_rng=true")
+        raise UserError(
+            f"{loaded.folder}: actor_config.no_load_rng: the checkpoint has no RNG state "
+            f"(saved with no_save_rng); set actor_config.no_load_rng=true"
+        )
     set_rng_state(torch.load(loaded.rng_file, weights_only=False), generator)

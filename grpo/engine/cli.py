@@ -24,8 +24,21 @@ from grpo.errors import UserError
 
 DEFAULT_CONFIG = "grpo_trainer_tiny_cpu"
 _FLAGS_WITH_VALUE = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--experimental-rerun"}
-_INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--resolve", "--package", "-p",
-               "--shell-completion", "-sc", "--version"}
+_INFO_FLAGS = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--info",
+    "-i",
+    "--cfg",
+    "-c",
+    "--resolve",
+    "--package",
+    "-p",
+    "--shell-completion",
+    "-sc",
+    "--version",
+}
 
 
 def _split_argv(argv: list[str]) -> tuple[str, Path | None, list[str], bool, bool]:
@@ -116,9 +129,11 @@ def _task(hydra_cfg) -> float | None:
             sys.exit(2)
         raise
     final = summary.get("metrics", {})
-    print(f"grpo-train: {summary['iterations']} iterations in {summary['wall_s']:.1f}s; "
-          f"score {final.get('grpo/score/mean', float('nan')):.3f} acc {final.get('grpo/acc/mean', float('nan')):.3f}"
-          f" -> {summary['run_dir']}")
+    print(
+        f"grpo-train: {summary['iterations']} iterations in {summary['wall_s']:.1f}s; "
+        f"score {final.get('grpo/score/mean', float('nan')):.3f} acc {final.get('grpo/acc/mean', float('nan')):.3f}"
+        f" -> {summary['run_dir']}"
+    )
     return final.get("grpo/score/mean")  # what a Hydra sweeper (e.g. Optuna's) optimises
 
 

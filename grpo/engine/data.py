@@ -53,8 +53,10 @@ class ArithmeticTask:
         rng = random.Random(seed)
         space = (self.high - self.low + 1) ** 2 - len(exclude)
         if count > space:
-            raise UserError(f"engine.task_size: at most {space} distinct arithmetic prompts are left after the "
-                            f"warm-start demonstrations and the evaluation set (got {count})")
+            raise UserError(
+                f"engine.task_size: at most {space} distinct arithmetic prompts are left after the "
+                f"warm-start demonstrations and the evaluation set (got {count})"
+            )
         seen: set[tuple[int, int]] = set()
         out: list[Example] = []
         while len(out) < count:
@@ -93,8 +95,10 @@ class ArithmeticTask:
 def get_task(name: str) -> ArithmeticTask:
     if name == "arithmetic":
         return ArithmeticTask()
-    raise UserError(f"engine.task: unknown generated task {name!r} (known: arithmetic, or 'dataset' to read "
-                    f"megatron_training.data_path)")
+    raise UserError(
+        f"engine.task: unknown generated task {name!r} (known: arithmetic, or 'dataset' to read "
+        f"megatron_training.data_path)"
+    )
 
 
 # ------------------------------------------------------------------------------------ files
@@ -129,8 +133,10 @@ def _dataset_files(data_path: str) -> list[Path]:
         candidate = path.with_name(path.name + suffix)
         if candidate.is_file():
             return [candidate]
-    raise UserError(f"{path}: megatron_training.data_path: no such dataset (also looked for {path.name}.jsonl, "
-                    f"{path.name}.parquet, {path.name}.json)")
+    raise UserError(
+        f"{path}: megatron_training.data_path: no such dataset (also looked for {path.name}.jsonl, "
+        f"{path.name}.parquet, {path.name}.json)"
+    )
 
 
 def _pick(record: dict, keys: tuple[str, ...], file: Path, where: str, what: str) -> str:
@@ -140,8 +146,9 @@ def _pick(record: dict, keys: tuple[str, ...], file: Path, where: str, what: str
             if isinstance(value, list):  # MindSpeed's labels may be a one-element list
                 value = value[0] if value else ""
             return str(value)
-    raise UserError(f"{file}:{where}: megatron_training.data_path: record has no {what} field "
-                    f"(expected one of {', '.join(keys)})")
+    raise UserError(
+        f"{file}:{where}: megatron_training.data_path: record has no {what} field (expected one of {', '.join(keys)})"
+    )
 
 
 def read_dataset(data_path: str) -> list[Example]:
@@ -163,7 +170,9 @@ def read_dataset(data_path: str) -> list[Example]:
                 try:
                     rows = [(f"item {i + 1}", r) for i, r in enumerate(json.loads(text))]
                 except json.JSONDecodeError as err:
-                    raise UserError(f"{file}:{err.lineno}: megatron_training.data_path: invalid JSON ({err.msg})") from None
+                    raise UserError(
+                        f"{file}:{err.lineno}: megatron_training.data_path: invalid JSON ({err.msg})"
+                    ) from None
             else:
                 for n, line in enumerate(text.splitlines(), 1):
                     if not line.strip():
@@ -171,12 +180,17 @@ def read_dataset(data_path: str) -> list[Example]:
                     try:
                         rows.append((str(n), json.loads(line)))
                     except json.JSONDecodeError as err:
-                        raise UserError(f"{file}:{n}: megatron_training.data_path: invalid JSON line ({err.msg})") from None
+                        raise UserError(
+                            f"{file}:{n}: megatron_training.data_path: invalid JSON line ({err.msg})"
+                        ) from None
         for where, record in rows:
             if not isinstance(record, dict):
                 raise UserError(f"{file}:{where}: megatron_training.data_path: each record must be an object")
-            out.append(Example(_pick(record, PROMPT_KEYS, file, where, "prompt"),
-                               _pick(record, LABEL_KEYS, file, where, "label")))
+            out.append(
+                Example(
+                    _pick(record, PROMPT_KEYS, file, where, "prompt"), _pick(record, LABEL_KEYS, file, where, "label")
+                )
+            )
     if not out:
         raise UserError(f"{data_path}: megatron_training.data_path: the dataset is empty")
     return out
@@ -191,7 +205,7 @@ def split_by_percent(examples: list[Example], split: str) -> tuple[list[Example]
     total = sum(parts) or 1.0
     n_train = max(1, round(len(examples) * parts[0] / total))
     n_valid = round(len(examples) * (parts[1] if len(parts) > 1 else 0) / total)
-    return examples[:n_train], examples[n_train:n_train + n_valid]
+    return examples[:n_train], examples[n_train : n_train + n_valid]
 
 
 # ------------------------------------------------------------------------------- the data order
@@ -200,9 +214,8 @@ def batch_indices(n_examples: int, batch: int, consumed: int, seed: int, shuffle
     out: list[int] = []
     while len(out) < batch:
         epoch, offset = divmod(consumed, n_examples)
-        order = (np.random.default_rng([seed, epoch]).permutation(n_examples) if shuffle
-                 else np.arange(n_examples))
+        order = np.random.default_rng([seed, epoch]).permutation(n_examples) if shuffle else np.arange(n_examples)
         take = min(batch - len(out), n_examples - offset)
-        out += order[offset:offset + take].tolist()
+        out += order[offset : offset + take].tolist()
         consumed += take
     return out

@@ -17,8 +17,14 @@ from safetensors.torch import load_file, save_file
 from grpo.engine.model import ModelArgs, Qwen2
 from grpo.errors import UserError
 
-ARCH_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-               "padded_vocab_size")
+ARCH_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "padded_vocab_size",
+)
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -42,8 +48,11 @@ def read_model_args(folder: Path, key: str = "actor_config.load") -> ModelArgs:
         raise UserError(f"{cfg_path}: {key}: no config.json in the checkpoint folder") from None
     except json.JSONDecodeError as err:
         raise UserError(f"{cfg_path}: {key}: config.json is not valid JSON ({err.msg}, line {err.lineno})") from None
-    missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                           "vocab_size") if k not in hf]
+    missing = [
+        k
+        for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+        if k not in hf
+    ]
     if missing:
         raise UserError(f"{cfg_path}: {key}: config.json lacks {', '.join(missing)} (not a Qwen2 config)")
     weights = _weight_names(folder)
@@ -85,8 +94,11 @@ def _weight_names(folder: Path) -> set[str]:
 
 def check_arch(found: ModelArgs, expected: ModelArgs, where: str, model_name: str) -> None:
     """The checkpoint must match the selected model yaml (MindSpeed-RL builds the model from the yaml)."""
-    diffs = [f"{k}={getattr(found, k)} but model {model_name} has {k}={getattr(expected, k)}"
-             for k in ARCH_FIELDS if getattr(found, k) != getattr(expected, k)]
+    diffs = [
+        f"{k}={getattr(found, k)} but model {model_name} has {k}={getattr(expected, k)}"
+        for k in ARCH_FIELDS
+        if getattr(found, k) != getattr(expected, k)
+    ]
     if diffs:
         raise UserError(f"{where}: actor_config.load: checkpoint does not match the model config: " + "; ".join(diffs))
 
@@ -103,13 +115,19 @@ def load_weights(model: Qwen2, folder: Path) -> None:
     state = load_state_dict(folder)
     if not model.args.untie_embeddings_and_output_weights:
         state.pop("lm_head.weight", None)
-    expected = {k for k in model.state_dict() if not (k == "lm_head.weight" and not model.args.untie_embeddings_and_output_weights)}
+    expected = {
+        k
+        for k in model.state_dict()
+        if not (k == "lm_head.weight" and not model.args.untie_embeddings_and_output_weights)
+    }
     missing, unexpected = expected - state.keys(), state.keys() - expected
     unexpected = {k for k in unexpected if not k.endswith("rotary_emb.inv_freq")}
     if missing or unexpected:
         sample = sorted(missing)[:3] or sorted(unexpected)[:3]
-        raise UserError(f"{folder}: actor_config.load: weights do not fit a Qwen2 model "
-                        f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {', '.join(sample)})")
+        raise UserError(
+            f"{folder}: actor_config.load: weights do not fit a Qwen2 model "
+            f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {', '.join(sample)})"
+        )
     ref = model.state_dict()
     with torch.no_grad():
         for name, tensor in state.items():
@@ -141,8 +159,14 @@ def hf_config(args: ModelArgs, eos_token_id: int | None = None, pad_token_id: in
     }
 
 
-def save_weights(model: Qwen2, folder: Path, eos_token_id: int | None = None, pad_token_id: int | None = None,
-                 filename: str = "model.safetensors", write_config: bool = True) -> None:
+def save_weights(
+    model: Qwen2,
+    folder: Path,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    filename: str = "model.safetensors",
+    write_config: bool = True,
+) -> None:
     """Write ``filename`` (+ config.json) into an existing folder; the caller makes the folder atomic."""
     folder = Path(folder)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
@@ -161,5 +185,7 @@ def load_into(model: Qwen2, folder: Path, filename: str = "model.safetensors") -
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and not model.args.untie_embeddings_and_output_weights)]
     if missing or unexpected:
-        raise UserError(f"{Path(folder) / filename}: actor_config.load: weights do not fit the model "
-                        f"({len(missing)} missing, {len(unexpected)} unexpected)")
+        raise UserError(
+            f"{Path(folder) / filename}: actor_config.load: weights do not fit the model "
+            f"({len(missing)} missing, {len(unexpected)} unexpected)"
+        )

@@ -76,8 +76,8 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossParts:
-    loss: torch.Tensor          # what backward() sees (summed over responses; the caller divides by their count)
-    pg_loss: torch.Tensor       # the rest are detached per-response sums, for metrics
+    loss: torch.Tensor  # what backward() sees (summed over responses; the caller divides by their count)
+    pg_loss: torch.Tensor  # the rest are detached per-response sums, for metrics
     pg_clipfrac: torch.Tensor
     ppo_kl: torch.Tensor
     kl_loss: torch.Tensor
@@ -122,8 +122,14 @@ def grpo_loss(
             total = total - entropy_coeff * ent
     else:
         ent = torch.zeros_like(pg)
-    return LossParts(total.sum(), pg.detach().sum(), clipfrac.detach().sum(), ppo_kl.detach().sum(),
-                     kl.detach().sum(), ent.detach().sum())
+    return LossParts(
+        total.sum(),
+        pg.detach().sum(),
+        clipfrac.detach().sum(),
+        ppo_kl.detach().sum(),
+        kl.detach().sum(),
+        ent.detach().sum(),
+    )
 
 
 class FixedKLController:

@@ -62,9 +62,13 @@ class MetricsSink:
             import wandb
 
             self.wandb = wandb.init(
-                project=rl.wandb_project or "grpo-sweep", name=rl.wandb_exp_name or Path(run_dir).name,
-                dir=rl.wandb_save_dir or str(run_dir), config=cfg.to_dict(),
-                mode="online" if os.environ.get("WANDB_API_KEY") else "offline", reinit=True)
+                project=rl.wandb_project or "grpo-sweep",
+                name=rl.wandb_exp_name or Path(run_dir).name,
+                dir=rl.wandb_save_dir or str(run_dir),
+                config=cfg.to_dict(),
+                mode="online" if os.environ.get("WANDB_API_KEY") else "offline",
+                reinit=True,
+            )
         elif rl.use_tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -73,8 +77,13 @@ class MetricsSink:
         if sys.stdout.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self.progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.description}"), TimeRemainingColumn())
+            self.progress = Progress(
+                TextColumn("[bold]GRPO"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeRemainingColumn(),
+            )
             self.progress.start()
             self.task = self.progress.add_task("", total=total_iters, completed=resume_from)
 
@@ -99,10 +108,14 @@ class MetricsSink:
             self.log.info(
                 f"iteration {iteration}: score {metrics['grpo/score/mean']:.3f} acc {metrics['grpo/acc/mean']:.3f} "
                 f"kl {metrics.get('actor/kl_loss', math.nan):.4f} clipfrac {metrics['actor/pg_clipfrac']:.3f} "
-                f"len {metrics['response_length/mean']:.1f} time {metrics['timing/all']:.2f}s")
+                f"len {metrics['response_length/mean']:.1f} time {metrics['timing/all']:.2f}s"
+            )
         if self.progress is not None:
-            self.progress.update(self.task, completed=iteration, description=(
-                f"reward {metrics['grpo/score/mean']:+.3f}  acc {metrics['grpo/acc/mean']:.2f}"))
+            self.progress.update(
+                self.task,
+                completed=iteration,
+                description=(f"reward {metrics['grpo/score/mean']:+.3f}  acc {metrics['grpo/acc/mean']:.2f}"),
+            )
 
     def close(self) -> None:
         self.file.close()

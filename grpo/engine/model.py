@@ -13,7 +13,7 @@ position ids (``cumsum(mask) - 1``), so a padded sequence gets the same logits a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
@@ -47,7 +47,7 @@ class ModelArgs:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_model_config(cls, mc) -> "ModelArgs":
+    def from_model_config(cls, mc) -> ModelArgs:
         """Build from the config's ModelConfig (or any object/dict with those attribute names)."""
         get = (lambda k, d=None: mc.get(k, d)) if isinstance(mc, dict) else (lambda k, d=None: getattr(mc, k, d))
         groups = get("num_query_groups") if get("group_query_attention", True) else None
@@ -108,7 +108,7 @@ class KVCache:
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(args.num_layers)]
         self.length = 0
 
-    def repeat_rows(self, n: int) -> "KVCache":
+    def repeat_rows(self, n: int) -> KVCache:
         """A cache with each row repeated ``n`` times (one prefill per prompt, shared by its group)."""
         out = KVCache.__new__(KVCache)
         out.keys = [k.repeat_interleave(n, dim=0) for k in self.keys]
@@ -176,7 +176,7 @@ def _decode_attention(q, k, v, mask, n_kv: int) -> torch.Tensor:
     """softmax(q k^T / sqrt(d)) v for a single query per sequence; q (B, H, 1, d), k/v (B, n_kv, L, d)."""
     B, H, _, d = q.shape
     grouped = q.view(B, n_kv, H // n_kv, d)
-    scores = torch.einsum("bgrd,bgld->bgrl", grouped, k) * d ** -0.5
+    scores = torch.einsum("bgrd,bgld->bgrl", grouped, k) * d**-0.5
     scores = scores.masked_fill(~mask.view(B, 1, 1, -1), float("-inf"))
     return torch.einsum("bgrl,bgld->bgrd", scores.softmax(-1), v).reshape(B, H, 1, d)
 
@@ -275,8 +275,7 @@ class Qwen2(nn.Module):
         table = getattr(self, "_rope_table", None)
         if table is None or table[0].shape[0] < need or table[0].device != positions.device:
             size = max(need, self.args.max_position_embeddings)
-            table = rope_tables(torch.arange(size, device=positions.device), self.args.head_dim,
-                                self.args.rotary_base)
+            table = rope_tables(torch.arange(size, device=positions.device), self.args.head_dim, self.args.rotary_base)
             self._rope_table = table
         return table[0][positions][:, None], table[1][positions][:, None]
 
@@ -289,4 +288,3 @@ class Qwen2(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-

@@ -21,8 +21,8 @@ numbers (fractions too), else as normalised strings.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Callable
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _BOXED = re.compile(r"\\boxed\{.*?\}")
@@ -37,7 +37,7 @@ def extract_boxed(text: str) -> str | None:
     if start < 0:
         return None
     depth, out = 1, []
-    for ch in text[start + len("\\boxed{"):]:
+    for ch in text[start + len("\\boxed{") :]:
         if ch == "{":
             depth += 1
         elif ch == "}":
@@ -129,8 +129,9 @@ def is_correct(text: str, label: str) -> bool:
     return answers_equal(extract_answer(text), label)
 
 
-def score(texts: list[str], labels: list[str], names: list[str], weights: list[float]
-          ) -> tuple[list[float], dict[str, list[float]]]:
+def score(
+    texts: list[str], labels: list[str], names: list[str], weights: list[float]
+) -> tuple[list[float], dict[str, list[float]]]:
     """Total reward per response and each verifier's scores (MindSpeed-RL's ``verifier``)."""
     unknown = [n for n in names if n not in VERIFIERS]
     if unknown:  # the schema rejects these first; never skip a verifier silently

@@ -34,38 +34,52 @@ class SamplingParams:
 class Rollout:
     """One batch of prompts and responses, laid out ``[left-padded prompt | right-padded response]``."""
 
-    input_ids: torch.Tensor        # (N, P + R)
-    attention_mask: torch.Tensor   # (N, P + R), 0 on the prompt's left padding
-    prompt_width: int              # P
-    response_mask: torch.Tensor    # (N, R) float, 1 on response tokens up to and including the stop token
-    logprobs: torch.Tensor         # (N, R) sampled-token log-probs (0 after the end)
-    prompt_lengths: torch.Tensor   # (N,)
+    input_ids: torch.Tensor  # (N, P + R)
+    attention_mask: torch.Tensor  # (N, P + R), 0 on the prompt's left padding
+    prompt_width: int  # P
+    response_mask: torch.Tensor  # (N, R) float, 1 on response tokens up to and including the stop token
+    logprobs: torch.Tensor  # (N, R) sampled-token log-probs (0 after the end)
+    prompt_lengths: torch.Tensor  # (N,)
     response_lengths: torch.Tensor  # (N,)
 
     @property
     def responses(self) -> torch.Tensor:
-        return self.input_ids[:, self.prompt_width:]
+        return self.input_ids[:, self.prompt_width :]
 
     def response_lists(self) -> list[list[int]]:
         return [row[: int(n)].tolist() for row, n in zip(self.responses, self.response_lengths)]
 
     groups: torch.Tensor | None = None  # (N,) index of each row's prompt (rows of a group share it)
 
-    def select(self, index: torch.Tensor) -> "Rollout":
+    def select(self, index: torch.Tensor) -> Rollout:
         """The rows ``index`` (used to split into mini and micro batches)."""
-        return Rollout(self.input_ids[index], self.attention_mask[index], self.prompt_width,
-                       self.response_mask[index], self.logprobs[index], self.prompt_lengths[index],
-                       self.response_lengths[index], None if self.groups is None else self.groups[index])
+        return Rollout(
+            self.input_ids[index],
+            self.attention_mask[index],
+            self.prompt_width,
+            self.response_mask[index],
+            self.logprobs[index],
+            self.prompt_lengths[index],
+            self.response_lengths[index],
+            None if self.groups is None else self.groups[index],
+        )
 
-    def trimmed(self) -> "Rollout":
+    def trimmed(self) -> Rollout:
         """The same rows without the padding columns they all share (left of the prompts, right of the
         responses). Response-side tensors become (N, R') with R' the longest response here."""
         drop = self.prompt_width - int(self.prompt_lengths.max())
         keep = int(self.response_lengths.max())
         end = self.prompt_width + keep
-        return Rollout(self.input_ids[:, drop:end], self.attention_mask[:, drop:end], self.prompt_width - drop,
-                       self.response_mask[:, :keep], self.logprobs[:, :keep], self.prompt_lengths,
-                       self.response_lengths, self.groups)
+        return Rollout(
+            self.input_ids[:, drop:end],
+            self.attention_mask[:, drop:end],
+            self.prompt_width - drop,
+            self.response_mask[:, :keep],
+            self.logprobs[:, :keep],
+            self.prompt_lengths,
+            self.response_lengths,
+            self.groups,
+        )
 
 
 def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,8 +87,8 @@ def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     return ids.to(device), mask.to(device)
 
 
@@ -158,8 +172,9 @@ def _sample(model, prompts, n, params, stop_ids, pad_id, vocab_size, generator) 
             token = scaled.argmax(-1)
         else:
             filtered = params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0
-            probs = filter_logits(scaled, params.top_k, params.top_p, params.min_p).softmax(-1) if filtered \
-                else logp.exp()
+            probs = (
+                filter_logits(scaled, params.top_k, params.top_p, params.min_p).softmax(-1) if filtered else logp.exp()
+            )
             token = sample_categorical(probs, generator)
         token = token.masked_fill(finished, pad_id)
         tokens[:, t] = token
@@ -187,9 +202,14 @@ def _sample(model, prompts, n, params, stop_ids, pad_id, vocab_size, generator) 
     )
 
 
-def response_logprobs(model: Qwen2, batch: Rollout, temperature: float, vocab_size: int,
-                      with_entropy: bool = False, entropy_grad: bool = False
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def response_logprobs(
+    model: Qwen2,
+    batch: Rollout,
+    temperature: float,
+    vocab_size: int,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (N, R) of the response tokens under softmax(logits / temperature), and optionally entropy.
 
     Only the hidden states that predict response tokens go through the output layer. The entropy is
@@ -198,7 +218,7 @@ def response_logprobs(model: Qwen2, batch: Rollout, temperature: float, vocab_si
     P = batch.prompt_width
     R = batch.input_ids.shape[1] - P
     if batch.groups is None:
-        hidden = model.hidden(batch.input_ids[:, :-1], batch.attention_mask[:, :-1])[:, P - 1: P - 1 + R]
+        hidden = model.hidden(batch.input_ids[:, :-1], batch.attention_mask[:, :-1])[:, P - 1 : P - 1 + R]
     else:
         hidden = _shared_prompt_hidden(model, batch, P, R)
     logits = model.lm_head(hidden)[..., :vocab_size].float() / temperature

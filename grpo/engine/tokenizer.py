@@ -66,9 +66,17 @@ class Tokenizer:
         self.backend.save(str(folder / "tokenizer.json"))
         eos = self.backend.id_to_token(self.eos_id)
         pad = self.backend.id_to_token(self.pad_id)
-        (folder / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "pad_token": pad,
-             "model_max_length": 32768}, indent=2))
+        (folder / "tokenizer_config.json").write_text(
+            json.dumps(
+                {
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "eos_token": eos,
+                    "pad_token": pad,
+                    "model_max_length": 32768,
+                },
+                indent=2,
+            )
+        )
 
     def fingerprint(self) -> str:
         """A stable hash of the vocabulary and rules (part of the warm-start cache key)."""

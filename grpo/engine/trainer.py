@@ -31,8 +31,8 @@ import copy
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -104,11 +104,15 @@ class Run:
         self.log = run_logger(self.run_dir)
         rl, actor = cfg.rl_config, cfg.actor_config
         if rl.adv_estimator != "group_norm":
-            raise UserError(f"{self.source}: rl_config.adv_estimator: {rl.adv_estimator} needs a critic model, which "
-                            f"the embedded engine does not have; use group_norm")
+            raise UserError(
+                f"{self.source}: rl_config.adv_estimator: {rl.adv_estimator} needs a critic model, which "
+                f"the embedded engine does not have; use group_norm"
+            )
         if not rl.rule_reward:
-            raise UserError(f"{self.source}: rl_config.rule_reward: the embedded engine scores with rule rewards "
-                            f"only; set rule_reward=true")
+            raise UserError(
+                f"{self.source}: rl_config.rule_reward: the embedded engine scores with rule rewards "
+                f"only; set rule_reward=true"
+            )
         self.device = pick_device(cfg.engine.device)
         self.seed = cfg.megatron_training.seed
         sampling = cfg.generate_config.sampling_config
@@ -122,10 +126,13 @@ class Run:
         self.tokenizer.check_fits(self.args.padded_vocab_size, actor.model)
         self.max_tokens = min(sampling.max_tokens, cfg.generate_config.max_model_len - self.max_prompt_tokens)
         if self.max_tokens < 1:
-            raise UserError(f"{self.source}: generate_config.max_model_len: {cfg.generate_config.max_model_len} "
-                            f"leaves no room for a response after prompts of {self.max_prompt_tokens} tokens")
-        self.sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p,
-                                       self.max_tokens)
+            raise UserError(
+                f"{self.source}: generate_config.max_model_len: {cfg.generate_config.max_model_len} "
+                f"leaves no room for a response after prompts of {self.max_prompt_tokens} tokens"
+            )
+        self.sampling = SamplingParams(
+            sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, self.max_tokens
+        )
 
         self.state = ckpt.TrainerState(kl_coef=rl.init_kl_coef)
         self.policy, self.reference, loaded = self._models()
@@ -138,8 +145,10 @@ class Run:
         self.steps_per_iter = rl.epochs * math.ceil(cfg.megatron_training.global_batch_size / rl.mini_batch_size)
         self.total_steps = self.steps_per_iter * cfg.megatron_training.train_iters
         self.mini_batch_responses = rl.mini_batch_size * n
-        self.log.info(f"policy: {self.policy.num_parameters():,} parameters on {self.device}; "
-                      f"{len(self.train_set)} training prompts; {self.steps_per_iter} optimizer steps per iteration")
+        self.log.info(
+            f"policy: {self.policy.num_parameters():,} parameters on {self.device}; "
+            f"{len(self.train_set)} training prompts; {self.steps_per_iter} optimizer steps per iteration"
+        )
 
     # ------------------------------------------------------------------ setup
     def _tokenizer(self) -> Tokenizer:
@@ -166,7 +175,9 @@ class Run:
         self.prompt_ids = {e.prompt: encode(e) for e in train + held_out}
         kept = [e for e in train if len(self.prompt_ids[e.prompt]) <= limit]
         if len(kept) < len(train):
-            self.log.warning(f"{len(train) - len(kept)} prompts longer than rl_config.max_prompt_length={limit} dropped")
+            self.log.warning(
+                f"{len(train) - len(kept)} prompts longer than rl_config.max_prompt_length={limit} dropped"
+            )
         if not kept:
             raise UserError(f"{mt.data_path}: rl_config.max_prompt_length: every prompt is longer than {limit} tokens")
         held_out = [e for e in held_out if len(self.prompt_ids[e.prompt]) <= limit]
@@ -191,8 +202,16 @@ class Run:
                 self.log.warning("actor_config.load is null and engine.task=dataset: starting from random weights")
             else:
                 task = data_mod.get_task(eng.task)
-                policy, _ = warm_started_policy(self.args, self.tokenizer, task, self.seed, eng.warm_start_steps,
-                                                init_std, default_cache_dir(eng.cache_dir), log=self.log.info)
+                policy, _ = warm_started_policy(
+                    self.args,
+                    self.tokenizer,
+                    task,
+                    self.seed,
+                    eng.warm_start_steps,
+                    init_std,
+                    default_cache_dir(eng.cache_dir),
+                    log=self.log.info,
+                )
         else:
             found = read_model_args(loaded.folder)
             check_arch(found, self.args, str(loaded.folder), actor.model)
@@ -211,9 +230,12 @@ class Run:
         actor = self.cfg.actor_config
         decay = [p for p in self.policy.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.policy.parameters() if p.dim() < 2]
-        return torch.optim.AdamW([{"params": decay, "weight_decay": actor.weight_decay},
-                                  {"params": no_decay, "weight_decay": 0.0}],
-                                 lr=actor.lr, betas=(actor.adam_beta1, actor.adam_beta2), eps=1e-8)
+        return torch.optim.AdamW(
+            [{"params": decay, "weight_decay": actor.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=actor.lr,
+            betas=(actor.adam_beta1, actor.adam_beta2),
+            eps=1e-8,
+        )
 
     def _resume(self, loaded: ckpt.Loaded) -> None:
         actor = self.cfg.actor_config
@@ -246,8 +268,9 @@ class Run:
         for m in order.split(micro):
             yield m, batch.select(m).trimmed()
 
-    def _forward_logprobs(self, model: Qwen2, batch: Rollout, rows: torch.Tensor, micro: int,
-                          out: torch.Tensor) -> torch.Tensor:
+    def _forward_logprobs(
+        self, model: Qwen2, batch: Rollout, rows: torch.Tensor, micro: int, out: torch.Tensor
+    ) -> torch.Tensor:
         """Log-probs of ``rows`` under ``model`` without autograd, written into ``out`` (N, R)."""
         with torch.no_grad():
             for m, sub in self._micro_batches(batch, rows, micro):
@@ -259,8 +282,12 @@ class Run:
         rl, actor, eng = self.cfg.rl_config, self.cfg.actor_config, self.cfg.engine
         N = batch.input_ids.shape[0]
         mb, micro = self.mini_batch_responses, actor.micro_batch_size
-        orders = [torch.randperm(N, generator=self.generator, device=self.device) if rl.shuffle_mini_batch
-                  else torch.arange(N, device=self.device) for _ in range(rl.epochs)]
+        orders = [
+            torch.randperm(N, generator=self.generator, device=self.device)
+            if rl.shuffle_mini_batch
+            else torch.arange(N, device=self.device)
+            for _ in range(rl.epochs)
+        ]
         if eng.recompute_old_logprobs:
             old = torch.zeros_like(batch.logprobs)
             rest = orders[0][mb:]
@@ -277,14 +304,29 @@ class Run:
             for k, idx in enumerate(order.split(mb)):
                 self.optimizer.zero_grad(set_to_none=True)
                 for m, sub in self._micro_batches(batch, idx, micro):
-                    logp, entropy = response_logprobs(self.policy, sub, self.temperature, self.tokenizer.vocab_size,
-                                                      with_entropy=True, entropy_grad=rl.entropy_coeff > 0)
+                    logp, entropy = response_logprobs(
+                        self.policy,
+                        sub,
+                        self.temperature,
+                        self.tokenizer.vocab_size,
+                        with_entropy=True,
+                        entropy_grad=rl.entropy_coeff > 0,
+                    )
                     width = logp.shape[1]
                     if eng.recompute_old_logprobs and epoch == 0 and k == 0:
                         old[m, :width] = logp.detach()
-                    parts = grpo_loss(logp, old[m, :width], advantages[m], sub.response_mask, rl.clip_ratio,
-                                      ref_logp[m, :width] if ref_logp is not None else None, self.kl_ctrl.value,
-                                      rl.kl_penalty, entropy, rl.entropy_coeff)
+                    parts = grpo_loss(
+                        logp,
+                        old[m, :width],
+                        advantages[m],
+                        sub.response_mask,
+                        rl.clip_ratio,
+                        ref_logp[m, :width] if ref_logp is not None else None,
+                        self.kl_ctrl.value,
+                        rl.kl_penalty,
+                        entropy,
+                        rl.entropy_coeff,
+                    )
                     if not torch.isfinite(parts.loss):
                         raise TrainingDiverged(f"iteration {self.state.iteration + 1}: loss is {parts.loss.item()}")
                     (parts.loss / len(idx)).backward()
@@ -295,8 +337,14 @@ class Run:
                 if not torch.isfinite(norm):
                     raise TrainingDiverged(f"iteration {self.state.iteration + 1}: gradient norm is {norm.item()}")
                 norms.append(float(norm))
-                lr = lr_at(self.state.optimizer_steps, self.total_steps, actor.lr, actor.min_lr,
-                           actor.lr_warmup_fraction, actor.lr_decay_style)
+                lr = lr_at(
+                    self.state.optimizer_steps,
+                    self.total_steps,
+                    actor.lr,
+                    actor.min_lr,
+                    actor.lr_warmup_fraction,
+                    actor.lr_decay_style,
+                )
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 self.optimizer.step()
@@ -313,11 +361,24 @@ class Run:
         cfg, rl = self.cfg, self.cfg.rl_config
         t_start = time.perf_counter()
         gbs, n = cfg.megatron_training.global_batch_size, rl.n_samples_per_prompt
-        idx = data_mod.batch_indices(len(self.train_set), gbs, self.state.consumed_prompts, self.seed,
-                                     shuffle=not cfg.megatron_training.no_shuffle)
+        idx = data_mod.batch_indices(
+            len(self.train_set),
+            gbs,
+            self.state.consumed_prompts,
+            self.seed,
+            shuffle=not cfg.megatron_training.no_shuffle,
+        )
         examples = [self.train_set[i] for i in idx]
-        batch = generate(self.policy, [self.prompt_ids[e.prompt] for e in examples], n, self.sampling,
-                         self.tokenizer.stop_ids, self.tokenizer.pad_id, self.tokenizer.vocab_size, self.generator)
+        batch = generate(
+            self.policy,
+            [self.prompt_ids[e.prompt] for e in examples],
+            n,
+            self.sampling,
+            self.tokenizer.stop_ids,
+            self.tokenizer.pad_id,
+            self.tokenizer.vocab_size,
+            self.generator,
+        )
         t_rollout = time.perf_counter()
 
         texts = self.tokenizer.decode_batch(batch.response_lists())
@@ -330,8 +391,13 @@ class Run:
 
         ref_logp = None
         if self.use_reference:
-            ref_logp = self._forward_logprobs(self.reference, batch, torch.arange(len(texts), device=self.device),
-                                              rl.ref_forward_micro_batch_size, torch.zeros_like(batch.logprobs))
+            ref_logp = self._forward_logprobs(
+                self.reference,
+                batch,
+                torch.arange(len(texts), device=self.device),
+                rl.ref_forward_micro_batch_size,
+                torch.zeros_like(batch.logprobs),
+            )
         t_ref = time.perf_counter()
         kl_coef = self.kl_ctrl.value
         update = self._update(batch, advantages, ref_logp)
@@ -346,18 +412,24 @@ class Run:
         resp = batch.response_lengths.float()
         prompt = batch.prompt_lengths.float()
         metrics = {
-            "grpo/score/mean": float(score_t.mean()), "grpo/score/max": float(score_t.max()),
+            "grpo/score/mean": float(score_t.mean()),
+            "grpo/score/max": float(score_t.max()),
             "grpo/score/min": float(score_t.min()),
             **{f"{name}_rewards/mean": sum(v) / len(v) for name, v in per_verifier.items()},
             "grpo/acc/mean": sum(correct) / len(correct),
             **update,
             "actor/kl_coef": kl_coef,
-            "response_length/mean": float(resp.mean()), "response_length/max": float(resp.max()),
+            "response_length/mean": float(resp.mean()),
+            "response_length/max": float(resp.max()),
             "response_length/min": float(resp.min()),
-            "prompt_length/mean": float(prompt.mean()), "prompt_length/max": float(prompt.max()),
+            "prompt_length/mean": float(prompt.mean()),
+            "prompt_length/max": float(prompt.max()),
             "prompt_length/min": float(prompt.min()),
-            "timing/all": t_end - t_start, "timing/rollout": t_rollout - t_start,
-            "timing/reward": t_reward - t_rollout, "timing/ref": t_ref - t_reward, "timing/update": t_end - t_ref,
+            "timing/all": t_end - t_start,
+            "timing/rollout": t_rollout - t_start,
+            "timing/reward": t_reward - t_rollout,
+            "timing/ref": t_ref - t_reward,
+            "timing/update": t_end - t_ref,
             "generated_tokens": float(resp.sum()),
         }
         tokens = float(resp.sum() + prompt.sum())
@@ -377,12 +449,22 @@ class Run:
             return {}
         prompts = [self.prompt_ids[e.prompt] for e in self.eval_set]
         out = {}
-        for name, params, n in (("eval/acc", self.sampling, samples),
-                                ("eval/acc_greedy", SamplingParams(max_tokens=self.max_tokens, greedy=True), 1)):
+        for name, params, n in (
+            ("eval/acc", self.sampling, samples),
+            ("eval/acc_greedy", SamplingParams(max_tokens=self.max_tokens, greedy=True), 1),
+        ):
             gen = torch.Generator(device=self.device)
             gen.manual_seed(self.seed + 1)
-            batch = generate(self.policy, prompts, n, params, self.tokenizer.stop_ids, self.tokenizer.pad_id,
-                             self.tokenizer.vocab_size, gen)
+            batch = generate(
+                self.policy,
+                prompts,
+                n,
+                params,
+                self.tokenizer.stop_ids,
+                self.tokenizer.pad_id,
+                self.tokenizer.vocab_size,
+                gen,
+            )
             texts = self.tokenizer.decode_batch(batch.response_lists())
             labels = [e.label for e in self.eval_set for _ in range(n)]
             out[name] = sum(rewards.is_correct(t, l) for t, l in zip(texts, labels)) / len(texts)
@@ -394,9 +476,17 @@ class Run:
         actor = self.cfg.actor_config
         if not actor.save:
             return None
-        folder = ckpt.save_checkpoint(Path(actor.save).expanduser(), self.state, self.policy, self.reference,
-                                      self.tokenizer, self.optimizer, self.generator,
-                                      save_optim=not actor.no_save_optim, save_rng=not actor.no_save_rng)
+        folder = ckpt.save_checkpoint(
+            Path(actor.save).expanduser(),
+            self.state,
+            self.policy,
+            self.reference,
+            self.tokenizer,
+            self.optimizer,
+            self.generator,
+            save_optim=not actor.no_save_optim,
+            save_rng=not actor.no_save_rng,
+        )
         self.log.info(f"saved checkpoint {folder}")
         return folder
 
@@ -426,8 +516,13 @@ def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
     cfg = run.cfg
     mt = cfg.megatron_training
     every = cfg.engine.eval_every
-    summary: dict = {"run_dir": str(run.run_dir), "stopped_early": False, "start_iteration": run.state.iteration,
-                     "checkpoint": None, "metrics": {}}
+    summary: dict = {
+        "run_dir": str(run.run_dir),
+        "stopped_early": False,
+        "start_iteration": run.state.iteration,
+        "checkpoint": None,
+        "metrics": {},
+    }
     if every and run.state.iteration == 0:
         base = run.evaluate()
         if base:

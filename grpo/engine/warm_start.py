@@ -41,11 +41,24 @@ def default_cache_dir(configured: str | None) -> Path:
     return Path(os.environ.get("GRPO_CACHE_DIR") or "~/.cache/grpo-sweep").expanduser()
 
 
-def cache_key(args: ModelArgs, tokenizer: Tokenizer, task: str, demos: int, seed: int, steps: int,
-              init_std: float) -> str:
-    blob = json.dumps({"v": FORMAT_VERSION, "arch": args.to_dict(), "tokenizer": tokenizer.fingerprint(),
-                       "task": task, "demos": demos, "seed": seed, "steps": steps,
-                       "init_std": init_std, "batch": BATCH_SIZE, "lr": PEAK_LR}, sort_keys=True)
+def cache_key(
+    args: ModelArgs, tokenizer: Tokenizer, task: str, demos: int, seed: int, steps: int, init_std: float
+) -> str:
+    blob = json.dumps(
+        {
+            "v": FORMAT_VERSION,
+            "arch": args.to_dict(),
+            "tokenizer": tokenizer.fingerprint(),
+            "task": task,
+            "demos": demos,
+            "seed": seed,
+            "steps": steps,
+            "init_std": init_std,
+            "batch": BATCH_SIZE,
+            "lr": PEAK_LR,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -79,8 +92,9 @@ def _demo_batch(tokenizer: Tokenizer, task: ArithmeticTask, examples: list[Examp
     return ids, loss_mask
 
 
-def supervised_warm_start(model: Qwen2, tokenizer: Tokenizer, task: ArithmeticTask, examples: list[Example],
-                          steps: int, seed: int, log=None) -> None:
+def supervised_warm_start(
+    model: Qwen2, tokenizer: Tokenizer, task: ArithmeticTask, examples: list[Example], steps: int, seed: int, log=None
+) -> None:
     """``steps`` AdamW steps (batch 64, warmup then cosine) of next-token loss on the demonstrations."""
     ids, loss_mask = _demo_batch(tokenizer, task, examples)
     gen = torch.Generator().manual_seed(seed)
@@ -94,8 +108,9 @@ def supervised_warm_start(model: Qwen2, tokenizer: Tokenizer, task: ArithmeticTa
         rows = torch.randint(0, ids.shape[0], (BATCH_SIZE,), generator=gen)
         batch, mask = ids[rows], loss_mask[rows]
         logits = model(batch[:, :-1])[..., : tokenizer.vocab_size]
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1),
-                                                reduction="none").view(mask[:, 1:].shape)
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="none"
+        ).view(mask[:, 1:].shape)
         loss = (nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -106,8 +121,16 @@ def supervised_warm_start(model: Qwen2, tokenizer: Tokenizer, task: ArithmeticTa
     model.eval()
 
 
-def warm_started_policy(args: ModelArgs, tokenizer: Tokenizer, task: ArithmeticTask, seed: int, steps: int,
-                        init_std: float, cache_dir: Path, log=None) -> tuple[Qwen2, Path | None]:
+def warm_started_policy(
+    args: ModelArgs,
+    tokenizer: Tokenizer,
+    task: ArithmeticTask,
+    seed: int,
+    steps: int,
+    init_std: float,
+    cache_dir: Path,
+    log=None,
+) -> tuple[Qwen2, Path | None]:
     """The fresh tiny policy after its (cached) warm start on ``task.demonstrations(seed)``, and its file."""
     with torch.random.fork_rng():  # leave the caller's global RNG untouched
         torch.manual_seed(seed)

@@ -99,9 +99,18 @@ def stage_parameters(arch, tp: int, pp: int) -> tuple[float, float]:
 
 
 # ------------------------------------------------------------------------------------ activations
-def layer_activation_bytes(arch, tokens: float, tp: int, seq: int, *, sequence_parallel: bool,
-                           flash_attention: bool, selective_recompute: bool, attention_dropout: float,
-                           hidden_dropout: float) -> float:
+def layer_activation_bytes(
+    arch,
+    tokens: float,
+    tp: int,
+    seq: int,
+    *,
+    sequence_parallel: bool,
+    flash_attention: bool,
+    selective_recompute: bool,
+    attention_dropout: float,
+    hidden_dropout: float,
+) -> float:
     """Bytes one layer stores for backward for ``tokens`` = micro batch x sequence length.
 
     Korthikanti et al. 2022, section 4: per layer ``s*b*h*(34 + 5*a*s/h)`` bytes without parallelism,
@@ -123,8 +132,16 @@ def layer_activation_bytes(arch, tokens: float, tp: int, seq: int, *, sequence_p
     return tokens * per_token
 
 
-def stage_activation_bytes(layers: int, full_layer: float, layer_input: float, in_flight: int, *,
-                           granularity: str | None, method: str | None, num_layers: int | None) -> float:
+def stage_activation_bytes(
+    layers: int,
+    full_layer: float,
+    layer_input: float,
+    in_flight: int,
+    *,
+    granularity: str | None,
+    method: str | None,
+    num_layers: int | None,
+) -> float:
     """Activation bytes of one pipeline stage holding ``in_flight`` micro batches.
 
     Full recompute keeps only layer (group) inputs (Korthikanti et al.: 2*s*b*h per layer, /TP with
@@ -175,12 +192,20 @@ def estimate(cfg, device_memory_gb: float = 64.0) -> Estimate:
     layers = math.ceil(arch.num_layers / pp)
     micro_batches = max(1, rl.mini_batch_size * rl.n_samples_per_prompt // dp // mbs)
     full_layer = layer_activation_bytes(
-        arch, mbs * seq, tp, seq, sequence_parallel=sp, flash_attention=train.use_flash_attn,
+        arch,
+        mbs * seq,
+        tp,
+        seq,
+        sequence_parallel=sp,
+        flash_attention=train.use_flash_attn,
         selective_recompute=train.recompute_granularity == "selective",
-        attention_dropout=train.attention_dropout, hidden_dropout=train.hidden_dropout)
+        attention_dropout=train.attention_dropout,
+        hidden_dropout=train.hidden_dropout,
+    )
     layer_input = 2 * mbs * seq * arch.hidden_size / (tp if sp else 1)
-    recompute = dict(granularity=train.recompute_granularity, method=train.recompute_method,
-                     num_layers=train.recompute_num_layers)
+    recompute = dict(
+        granularity=train.recompute_granularity, method=train.recompute_method, num_layers=train.recompute_num_layers
+    )
     act_first = stage_activation_bytes(layers, full_layer, layer_input, min(pp, micro_batches), **recompute)
     act_last = stage_activation_bytes(layers, full_layer, layer_input, 1, **recompute)
     logits = mbs * seq * arch.padded_vocab_size / tp * LOGIT_BYTES_UPDATE
@@ -196,8 +221,11 @@ def estimate(cfg, device_memory_gb: float = 64.0) -> Estimate:
         forward_resident += last * grad_b
     if not gen.offload_train_optimizer:
         forward_resident += last * optim_b
-    forward_peak = (forward_resident + forward_mbs * seq * arch.padded_vocab_size / tp * LOGIT_BYTES_FORWARD
-                    + full_layer * forward_mbs / mbs) / GIB
+    forward_peak = (
+        forward_resident
+        + forward_mbs * seq * arch.padded_vocab_size / tp * LOGIT_BYTES_FORWARD
+        + full_layer * forward_mbs / mbs
+    ) / GIB
     train_peak = max(update_peak, forward_peak)
 
     # Generation: vLLM's share of the device plus training state left on it.
@@ -207,43 +235,81 @@ def estimate(cfg, device_memory_gb: float = 64.0) -> Estimate:
     kv_heads = max(1, arch.effective_query_groups // itp)
     kv_bytes_per_token = 2 * arch.num_layers * kv_heads * head_dim * 2
     tokens_step = gen.max_num_batched_tokens
-    vllm_act = (tokens_step * 2 * (2 * arch.hidden_size + (3 * arch.ffn_hidden_size + arch.hidden_size
-                + 2 * arch.effective_query_groups * head_dim) / itp)
-                + min(gen.max_num_seqs, tokens_step) * arch.padded_vocab_size * 4) / GIB
+    vllm_act = (
+        tokens_step
+        * 2
+        * (
+            2 * arch.hidden_size
+            + (3 * arch.ffn_hidden_size + arch.hidden_size + 2 * arch.effective_query_groups * head_dim) / itp
+        )
+        + min(gen.max_num_seqs, tokens_step) * arch.padded_vocab_size * 4
+    ) / GIB
     vllm_pool = gen.gpu_memory_utilization * device_memory_gb
     kv_cache = vllm_pool - infer_weights - vllm_act
     kv_sequences = max(0, int(kv_cache * GIB // (kv_bytes_per_token * gen.max_model_len))) if kv_cache > 0 else 0
-    resident = fullest * ((0 if gen.offload_train_param else weight_b) + (0 if gen.offload_train_grad else grad_b)
-                          + (0 if gen.offload_train_optimizer else optim_b)) / GIB
+    resident = (
+        fullest
+        * (
+            (0 if gen.offload_train_param else weight_b)
+            + (0 if gen.offload_train_grad else grad_b)
+            + (0 if gen.offload_train_optimizer else optim_b)
+        )
+        / GIB
+    )
     generation_peak = resident + vllm_pool
 
     problems = []
     if train_peak > usable:
         phase = "update" if update_peak >= forward_peak else "log-prob forward"
-        problems.append(f"training needs {train_peak:.1f} GiB per NPU ({phase}: weights {fullest * weight_b / GIB:.1f} "
-                        f"+ grads {fullest * grad_b / GIB:.1f} + optimizer {fullest * optim_b / GIB:.1f} + activations "
-                        f"{max(act_first, act_last) / GIB:.1f} + logits {logits / GIB:.1f}) > {usable:.1f} GiB usable")
+        problems.append(
+            f"training needs {train_peak:.1f} GiB per NPU ({phase}: weights {fullest * weight_b / GIB:.1f} "
+            f"+ grads {fullest * grad_b / GIB:.1f} + optimizer {fullest * optim_b / GIB:.1f} + activations "
+            f"{max(act_first, act_last) / GIB:.1f} + logits {logits / GIB:.1f}) > {usable:.1f} GiB usable"
+        )
     if generation_peak > usable:
-        problems.append(f"generation needs {generation_peak:.1f} GiB per NPU (vLLM {vllm_pool:.1f} + resident training "
-                        f"state {resident:.1f}) > {usable:.1f} GiB usable")
+        problems.append(
+            f"generation needs {generation_peak:.1f} GiB per NPU (vLLM {vllm_pool:.1f} + resident training "
+            f"state {resident:.1f}) > {usable:.1f} GiB usable"
+        )
     if kv_sequences < 1:
         one_sequence = kv_bytes_per_token * gen.max_model_len / GIB
-        problems.append(f"the KV cache ({max(kv_cache, 0):.1f} GiB = {gen.gpu_memory_utilization:g} x "
-                        f"{device_memory_gb:g} - weights {infer_weights:.1f} at infer TP{itp} - vLLM activations "
-                        f"{vllm_act:.1f}) cannot hold one {gen.max_model_len}-token sequence ({one_sequence:.2f} GiB)")
+        problems.append(
+            f"the KV cache ({max(kv_cache, 0):.1f} GiB = {gen.gpu_memory_utilization:g} x "
+            f"{device_memory_gb:g} - weights {infer_weights:.1f} at infer TP{itp} - vLLM activations "
+            f"{vllm_act:.1f}) cannot hold one {gen.max_model_len}-token sequence ({one_sequence:.2f} GiB)"
+        )
     elif kv_sequences < gen.max_num_seqs:
         notes.append(f"KV cache holds {kv_sequences} of max_num_seqs={gen.max_num_seqs} full sequences")
     feasible = not problems
     if feasible:
-        reason = (f"fits: training {train_peak:.1f} GiB, generation {generation_peak:.1f} GiB of {usable:.1f} GiB "
-                  f"usable; KV cache {kv_cache:.1f} GiB = {kv_sequences} x {gen.max_model_len}-token sequences")
+        reason = (
+            f"fits: training {train_peak:.1f} GiB, generation {generation_peak:.1f} GiB of {usable:.1f} GiB "
+            f"usable; KV cache {kv_cache:.1f} GiB = {kv_sequences} x {gen.max_model_len}-token sequences"
+        )
     else:
         reason = "; ".join(problems)
     return Estimate(
-        device_gb=device_memory_gb, usable_gb=usable, train_tp=tp, train_pp=pp, train_dp=dp, infer_tp=itp,
-        params_per_npu=fullest / 1e9, weights_gb=fullest * weight_b / GIB, grads_gb=fullest * grad_b / GIB,
-        optimizer_gb=fullest * optim_b / GIB, activations_gb=max(act_first, act_last) / GIB, logits_gb=logits / GIB,
-        update_peak_gb=update_peak, forward_peak_gb=forward_peak, train_peak_gb=train_peak,
-        infer_weights_gb=infer_weights, vllm_activation_gb=vllm_act, kv_cache_gb=kv_cache, kv_sequences=kv_sequences,
-        generation_peak_gb=generation_peak, feasible=feasible, reason=reason, notes=tuple(notes),
+        device_gb=device_memory_gb,
+        usable_gb=usable,
+        train_tp=tp,
+        train_pp=pp,
+        train_dp=dp,
+        infer_tp=itp,
+        params_per_npu=fullest / 1e9,
+        weights_gb=fullest * weight_b / GIB,
+        grads_gb=fullest * grad_b / GIB,
+        optimizer_gb=fullest * optim_b / GIB,
+        activations_gb=max(act_first, act_last) / GIB,
+        logits_gb=logits / GIB,
+        update_peak_gb=update_peak,
+        forward_peak_gb=forward_peak,
+        train_peak_gb=train_peak,
+        infer_weights_gb=infer_weights,
+        vllm_activation_gb=vllm_act,
+        kv_cache_gb=kv_cache,
+        kv_sequences=kv_sequences,
+        generation_peak_gb=generation_peak,
+        feasible=feasible,
+        reason=reason,
+        notes=tuple(notes),
     )

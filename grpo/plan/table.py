@@ -9,8 +9,9 @@ discrete values (micro batch size, recompute, vLLM settings ...). Continuous key
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from rich.table import Table
 
@@ -18,14 +19,27 @@ from grpo.plan.memory import Estimate, estimate
 
 # Searched keys that change the estimate (prefixes); others do not add rows.
 MEMORY_KEYS = (
-    "actor_config.micro_batch_size", "actor_config.tensor_model_parallel_size",
-    "actor_config.pipeline_model_parallel_size", "megatron_training.recompute_", "megatron_training.sequence_parallel",
-    "megatron_training.use_flash_attn", "megatron_training.use_distributed_optimizer", "megatron_training.bf16",
-    "rl_config.max_prompt_length", "rl_config.actor_forward_micro_batch_size", "rl_config.ref_forward_micro_batch_size",
-    "rl_config.actor_resource.num_npus", "rl_config.mini_batch_size", "rl_config.n_samples_per_prompt",
-    "generate_config.infer_tensor_parallel_size", "generate_config.gpu_memory_utilization",
-    "generate_config.max_num_seqs", "generate_config.max_model_len", "generate_config.max_num_batched_tokens",
-    "generate_config.offload_", "generate_config.sampling_config.max_tokens",
+    "actor_config.micro_batch_size",
+    "actor_config.tensor_model_parallel_size",
+    "actor_config.pipeline_model_parallel_size",
+    "megatron_training.recompute_",
+    "megatron_training.sequence_parallel",
+    "megatron_training.use_flash_attn",
+    "megatron_training.use_distributed_optimizer",
+    "megatron_training.bf16",
+    "rl_config.max_prompt_length",
+    "rl_config.actor_forward_micro_batch_size",
+    "rl_config.ref_forward_micro_batch_size",
+    "rl_config.actor_resource.num_npus",
+    "rl_config.mini_batch_size",
+    "rl_config.n_samples_per_prompt",
+    "generate_config.infer_tensor_parallel_size",
+    "generate_config.gpu_memory_utilization",
+    "generate_config.max_num_seqs",
+    "generate_config.max_model_len",
+    "generate_config.max_num_batched_tokens",
+    "generate_config.offload_",
+    "generate_config.sampling_config.max_tokens",
 )
 MAX_ROWS = 48
 
@@ -70,8 +84,11 @@ def _label(cfg, params: Mapping[str, Any]) -> str:
         name = str(params.get("layout", "base"))
     else:
         actor = cfg.actor_config
-        name = str(params.get("layout") or cfg.layout
-                   or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}")
+        name = str(
+            params.get("layout")
+            or cfg.layout
+            or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}"
+        )
     extra = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in params.items() if k != "layout")
     return f"{name} ({extra})" if extra else name
 
@@ -149,9 +166,17 @@ def layout_table(spec_or_cfgs, device_memory_gb: float | None = None) -> Table:
     rows = layout_rows(spec_or_cfgs, device_memory_gb)
     device = next((r.estimate.device_gb for r in rows if r.estimate), device_memory_gb or 64.0)
     table = Table(title=f"layouts on {device:g} GiB NPUs (memory planner, docs/planner.md)")
-    for name, justify in (("layout", "left"), ("TPxPPxDP", "center"), ("infer TP", "right"),
-                          ("params/NPU", "right"), ("train GiB", "right"), ("generate GiB", "right"),
-                          ("KV seqs", "right"), ("verdict", "left"), ("why", "left")):
+    for name, justify in (
+        ("layout", "left"),
+        ("TPxPPxDP", "center"),
+        ("infer TP", "right"),
+        ("params/NPU", "right"),
+        ("train GiB", "right"),
+        ("generate GiB", "right"),
+        ("KV seqs", "right"),
+        ("verdict", "left"),
+        ("why", "left"),
+    ):
         table.add_column(name, justify=justify, overflow="fold")
     for row in rows:
         est = row.estimate
@@ -160,7 +185,15 @@ def layout_table(spec_or_cfgs, device_memory_gb: float | None = None) -> Table:
             continue
         colour = {"fits": "green", "blocked": "yellow"}.get(row.verdict, "red")
         reason = _why(row)
-        table.add_row(row.label, f"{est.train_tp}x{est.train_pp}x{est.train_dp}", str(est.infer_tp),
-                      f"{est.params_per_npu:.2f}B", f"{est.train_peak_gb:.1f}", f"{est.generation_peak_gb:.1f}",
-                      str(est.kv_sequences), f"[{colour}]{row.verdict}[/{colour}]", reason)
+        table.add_row(
+            row.label,
+            f"{est.train_tp}x{est.train_pp}x{est.train_dp}",
+            str(est.infer_tp),
+            f"{est.params_per_npu:.2f}B",
+            f"{est.train_peak_gb:.1f}",
+            f"{est.generation_peak_gb:.1f}",
+            str(est.kv_sequences),
+            f"[{colour}]{row.verdict}[/{colour}]",
+            reason,
+        )
     return table

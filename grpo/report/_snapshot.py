@@ -25,9 +25,7 @@ class StudySnapshot(optuna.Study):
         self._frozen = list(study.get_trials(deepcopy=False) if trials is None else trials)
         self._attrs = dict(study.user_attrs)
 
-    def get_trials(
-        self, deepcopy: bool = True, states: Container[TrialState] | None = None
-    ) -> list[FrozenTrial]:
+    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         # The snapshot is read-only: callers get the shared objects (Optuna's plots never mutate them).
         if states is None:
             return list(self._frozen)

@@ -149,7 +149,7 @@ def _metric_files(directory: str) -> list[tuple[list[str], int | None]]:
     found = []
     for pattern in ("seed*/metrics.jsonl", "runs/seed*/metrics.jsonl"):
         for path in sorted(Path(directory).glob(pattern)):
-            suffix = path.parent.name[len("seed"):]
+            suffix = path.parent.name[len("seed") :]
             lines = _lines(str(path))
             if lines is not None:
                 found.append((lines, int(suffix) if suffix.isdigit() else None))
@@ -224,8 +224,12 @@ def _long(rows: list[dict], keep_nan: bool) -> pd.DataFrame:
     Lines without a finite numeric ``iteration`` are dropped; a numeric ``seed`` replaces the default.
     """
     if not rows:
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else ("str" if c == "metric" else "int64"))
-                             for c in METRIC_COLUMNS})
+        return pd.DataFrame(
+            {
+                c: pd.Series(dtype="float64" if c == "value" else ("str" if c == "metric" else "int64"))
+                for c in METRIC_COLUMNS
+            }
+        )
     wide = pd.DataFrame.from_records(rows)
     wide["\0line"] = range(len(wide))
     iteration = _numbers(wide["iteration"]) if "iteration" in wide else pd.Series(math.nan, index=wide.index)
@@ -280,8 +284,9 @@ def _decode_lines(lines: list[str]):
 _OPTUNA_ATTRS = ("number", "value", "datetime_start", "datetime_complete", "duration", "params", "state")
 
 
-def trials_frame(study: optuna.Study, metrics: pd.DataFrame, flags: dict | None = None,
-                 dirs: dict[int, Path | None] | None = None) -> pd.DataFrame:
+def trials_frame(
+    study: optuna.Study, metrics: pd.DataFrame, flags: dict | None = None, dirs: dict[int, Path | None] | None = None
+) -> pd.DataFrame:
     """One row per trial: Optuna's trials dataframe (number, value(s), params_*, state, times) plus
 
     ``seeds`` (replicates), ``seed_values`` (JSON: per objective, the value of each seed),
@@ -297,7 +302,9 @@ def trials_frame(study: optuna.Study, metrics: pd.DataFrame, flags: dict | None 
     values = value_columns(snap)
     optuna_frame = snap.trials_dataframe(attrs=_OPTUNA_ATTRS)
     if optuna_frame.empty:
-        optuna_frame = pd.DataFrame(columns=["number", *values, "datetime_start", "datetime_complete", "duration", "state"])
+        optuna_frame = pd.DataFrame(
+            columns=["number", *values, "datetime_start", "datetime_complete", "duration", "state"]
+        )
     optuna_frame = optuna_frame.drop(columns=["duration"])
     for col in values:
         optuna_frame[col] = pd.to_numeric(optuna_frame[col], errors="coerce").astype("float64")
@@ -305,8 +312,10 @@ def trials_frame(study: optuna.Study, metrics: pd.DataFrame, flags: dict | None 
     last_iteration = metrics.groupby("trial")["iteration"].max().to_dict() if len(metrics) else {}
     now = dt.datetime.now()
     extras = pd.DataFrame(
-        [_extras(t, snap, now, last_iteration.get(t.number), (flags or {}).get(t.number, []), dirs.get(t.number))
-         for t in trials],
+        [
+            _extras(t, snap, now, last_iteration.get(t.number), (flags or {}).get(t.number, []), dirs.get(t.number))
+            for t in trials
+        ],
         columns=_EXTRA_COLUMNS + spread_columns(snap),
     )
     frame = pd.concat([optuna_frame.reset_index(drop=True), extras.reset_index(drop=True)], axis=1)
@@ -317,8 +326,23 @@ def trials_frame(study: optuna.Study, metrics: pd.DataFrame, flags: dict | None 
 
 
 _EXTRA_COLUMNS = [
-    "seeds", "seed_values", "duration_s", "wall_s", "cpu_s", "npu_s", "compute_s", "last_iteration",
-    "failure_reason", "pruned_reason", "node", "devices", "attempt", "retry_of", "overrides", "trial_dir", "flags",
+    "seeds",
+    "seed_values",
+    "duration_s",
+    "wall_s",
+    "cpu_s",
+    "npu_s",
+    "compute_s",
+    "last_iteration",
+    "failure_reason",
+    "pruned_reason",
+    "node",
+    "devices",
+    "attempt",
+    "retry_of",
+    "overrides",
+    "trial_dir",
+    "flags",
 ]
 
 
@@ -338,9 +362,13 @@ def _extras(trial: FrozenTrial, study: StudySnapshot, now: dt.datetime, last_ite
         "seeds": n_seeds,
         "seed_values": json.dumps(per_seed) if per_seed is not None else None,
         "duration_s": duration,
-        "compute_s": compute_seconds(plain["npu_s"], plain["cpu_s"], plain["wall_s"] if plain["wall_s"] is not None else duration),
+        "compute_s": compute_seconds(
+            plain["npu_s"], plain["cpu_s"], plain["wall_s"] if plain["wall_s"] is not None else duration
+        ),
         "last_iteration": last_iteration,
-        "devices": ",".join(map(str, devices)) if isinstance(devices, list) else (None if devices is None else str(devices)),
+        "devices": ",".join(map(str, devices))
+        if isinstance(devices, list)
+        else (None if devices is None else str(devices)),
         "overrides": " ".join(map(str, overrides)) if isinstance(overrides, list) else overrides,
         "trial_dir": str(directory) if directory is not None else attrs.get("trial_dir"),
         "flags": ", ".join(f.name for f in flags) if flags else "",

@@ -50,10 +50,13 @@ RESPONSE_LENGTH = ("response_length/mean",)
 
 RULES = {
     "entropy_collapse": f"actor/entropy falls to <= {ENTROPY_COLLAPSE_RATIO:.0%} of its starting value",
-    "kl_blowup": (f"actor/kl_loss is non-finite, reaches {KL_BLOWUP_NATS:g}, or ends >= {KL_GROWTH:g}x its start "
-                  f"while above {KL_GROWTH_FLOOR:g}"),
-    "format_without_accuracy": (f"format reward rises by >= {FORMAT_RISE:g} while acc_rewards/mean rises by "
-                                f"< {ACCURACY_FLAT:g}"),
+    "kl_blowup": (
+        f"actor/kl_loss is non-finite, reaches {KL_BLOWUP_NATS:g}, or ends >= {KL_GROWTH:g}x its start "
+        f"while above {KL_GROWTH_FLOOR:g}"
+    ),
+    "format_without_accuracy": (
+        f"format reward rises by >= {FORMAT_RISE:g} while acc_rewards/mean rises by < {ACCURACY_FLAT:g}"
+    ),
     "length_pinned": f"response_length/mean stays >= {LENGTH_PINNED_FRACTION:.0%} of max_tokens",
 }
 
@@ -83,8 +86,16 @@ def diagnose(study: optuna.Study, metrics: pd.DataFrame) -> dict[int, list[Flag]
     """Every trial's flags (only trials with at least one flag appear); see the module docstring."""
     if metrics.empty:
         return {}
-    roles = {role: _pick(metrics, names) for role, names in
-             (("entropy", ENTROPY), ("kl", KL), ("acc", ACCURACY), ("format", FORMAT), ("length", RESPONSE_LENGTH))}
+    roles = {
+        role: _pick(metrics, names)
+        for role, names in (
+            ("entropy", ENTROPY),
+            ("kl", KL),
+            ("acc", ACCURACY),
+            ("format", FORMAT),
+            ("length", RESPONSE_LENGTH),
+        )
+    }
     wanted = [m for m in roles.values() if m is not None]
     if not wanted:
         return {}
@@ -121,11 +132,13 @@ def _windows(values: pd.Series) -> pd.DataFrame:
     position = grouped.cumcount().to_numpy()
     n = grouped.transform("size").to_numpy()
     k = np.clip(n // 3, 1, 3)
-    return pd.DataFrame({
-        "n": grouped.size(),
-        "start": values[position < k].groupby(level=0, sort=False).mean(),
-        "end": values[position >= n - k].groupby(level=0, sort=False).mean(),
-    })
+    return pd.DataFrame(
+        {
+            "n": grouped.size(),
+            "start": values[position < k].groupby(level=0, sort=False).mean(),
+            "end": values[position >= n - k].groupby(level=0, sort=False).mean(),
+        }
+    )
 
 
 def _suspects(wide: pd.DataFrame, names: dict[str, str | None], caps: dict[int, int | None]) -> set[int]:
@@ -134,6 +147,7 @@ def _suspects(wide: pd.DataFrame, names: dict[str, str | None], caps: dict[int, 
     ``check_curves`` then decides (and words) each flag for these trials only: calling it for each of
     10,000 trials costs more than the rest of the diagnostics.
     """
+
     def finite(role):
         name = names.get(role)
         if name is None or name not in wide:
@@ -145,7 +159,11 @@ def _suspects(wide: pd.DataFrame, names: dict[str, str | None], caps: dict[int, 
     entropy = finite("entropy")
     if entropy is not None and len(entropy):
         w = _windows(entropy)
-        hit = (w["n"] >= MIN_ITERATIONS) & (w["start"] > 0) & (w["end"] <= ENTROPY_COLLAPSE_RATIO * w["start"] * (1 + _EPS))
+        hit = (
+            (w["n"] >= MIN_ITERATIONS)
+            & (w["start"] > 0)
+            & (w["end"] <= ENTROPY_COLLAPSE_RATIO * w["start"] * (1 + _EPS))
+        )
         out.update(w.index[hit].tolist())
     if names.get("kl") is not None and names["kl"] in wide:
         kl = wide[names["kl"]]
@@ -153,17 +171,23 @@ def _suspects(wide: pd.DataFrame, names: dict[str, str | None], caps: dict[int, 
         if len(kl):
             broken = kl.groupby(level=0, sort=False).max() >= KL_BLOWUP_NATS * (1 - _EPS)  # inf counts here too
             w = _windows(kl)
-            grown = (w["n"] >= MIN_ITERATIONS) & (w["end"] > KL_GROWTH_FLOOR * (1 - _EPS)) & (
-                w["end"] >= KL_GROWTH * w["start"] * (1 - _EPS))
+            grown = (
+                (w["n"] >= MIN_ITERATIONS)
+                & (w["end"] > KL_GROWTH_FLOOR * (1 - _EPS))
+                & (w["end"] >= KL_GROWTH * w["start"] * (1 - _EPS))
+            )
             out.update(broken.index[broken].tolist())
             out.update(w.index[grown].tolist())
     fmt, acc = finite("format"), finite("acc")
     if fmt is not None and acc is not None and len(fmt) and len(acc):
         f, a = _windows(fmt), _windows(acc)
         both = f.add_suffix("_f").join(a.add_suffix("_a"), how="inner")
-        hit = ((both["n_f"] >= MIN_ITERATIONS) & (both["n_a"] >= MIN_ITERATIONS)
-               & (both["end_f"] - both["start_f"] >= FORMAT_RISE - _EPS)
-               & (both["end_a"] - both["start_a"] < ACCURACY_FLAT + _EPS))
+        hit = (
+            (both["n_f"] >= MIN_ITERATIONS)
+            & (both["n_a"] >= MIN_ITERATIONS)
+            & (both["end_f"] - both["start_f"] >= FORMAT_RISE - _EPS)
+            & (both["end_a"] - both["start_a"] < ACCURACY_FLAT + _EPS)
+        )
         out.update(both.index[hit].tolist())
     length = finite("length")
     if length is not None and len(length):
@@ -190,8 +214,9 @@ def _window(n: int) -> int:
     return max(1, min(3, n // 3))
 
 
-def check_curves(iterations: np.ndarray, series: dict[str, np.ndarray], names: dict[str, str | None],
-                 cap: int | None) -> list[Flag]:
+def check_curves(
+    iterations: np.ndarray, series: dict[str, np.ndarray], names: dict[str, str | None], cap: int | None
+) -> list[Flag]:
     """The flags of one trial from its curves (``series[role]`` aligned with ``iterations``; NaN = missing)."""
     flags = []
     entropy = _finite(iterations, series.get("entropy"))
@@ -201,8 +226,15 @@ def check_curves(iterations: np.ndarray, series: dict[str, np.ndarray], names: d
         start, end = ys[:k].mean(), ys[-k:].mean()
         if start > 0 and end <= ENTROPY_COLLAPSE_RATIO * start:
             at = int(np.argmax(ys <= ENTROPY_COLLAPSE_RATIO * start))
-            flags.append(Flag("entropy_collapse", f"{names['entropy']} fell from {start:.3g} to {end:.3g} "
-                              f"({end / start:.0%})", int(its[at]), names["entropy"], float(ys[at])))
+            flags.append(
+                Flag(
+                    "entropy_collapse",
+                    f"{names['entropy']} fell from {start:.3g} to {end:.3g} ({end / start:.0%})",
+                    int(its[at]),
+                    names["entropy"],
+                    float(ys[at]),
+                )
+            )
 
     kl = series.get("kl")
     if kl is not None:
@@ -216,8 +248,15 @@ def check_curves(iterations: np.ndarray, series: dict[str, np.ndarray], names: d
         rise = fmt[1][-k_f:].mean() - fmt[1][:k_f].mean()
         gain = acc[1][-k_a:].mean() - acc[1][:k_a].mean()
         if rise >= FORMAT_RISE and gain < ACCURACY_FLAT:
-            flags.append(Flag("format_without_accuracy", f"{names['format']} rose by {rise:+.2f} while "
-                              f"{names['acc']} changed by {gain:+.2f}", int(fmt[0][-1]), names["format"], float(fmt[1][-1])))
+            flags.append(
+                Flag(
+                    "format_without_accuracy",
+                    f"{names['format']} rose by {rise:+.2f} while {names['acc']} changed by {gain:+.2f}",
+                    int(fmt[0][-1]),
+                    names["format"],
+                    float(fmt[1][-1]),
+                )
+            )
 
     length = _finite(iterations, series.get("length"))
     if length is not None and cap:
@@ -225,8 +264,15 @@ def check_curves(iterations: np.ndarray, series: dict[str, np.ndarray], names: d
         k = _window(len(ys))
         tail = ys[-k:].mean()
         if tail >= LENGTH_PINNED_FRACTION * cap:
-            flags.append(Flag("length_pinned", f"{names['length']} averages {tail:.0f} of max_tokens {cap} over the "
-                              f"last {k} iteration(s)", int(its[-k]), names["length"], float(ys[-k])))
+            flags.append(
+                Flag(
+                    "length_pinned",
+                    f"{names['length']} averages {tail:.0f} of max_tokens {cap} over the last {k} iteration(s)",
+                    int(its[-k]),
+                    names["length"],
+                    float(ys[-k]),
+                )
+            )
     return flags
 
 
@@ -242,7 +288,9 @@ def _kl_flag(iterations: np.ndarray, kl: np.ndarray, name: str) -> Flag | None:
     high = np.abs(ys) >= KL_BLOWUP_NATS
     if high.any():
         at = int(np.argmax(high))
-        return Flag("kl_blowup", f"{name} reached {ys[at]:.3g} at iteration {its[at]}", int(its[at]), name, float(ys[at]))
+        return Flag(
+            "kl_blowup", f"{name} reached {ys[at]:.3g} at iteration {its[at]}", int(its[at]), name, float(ys[at])
+        )
     k = _window(len(ys))
     start, end = np.abs(ys[:k]).mean(), np.abs(ys[-k:]).mean()
     if len(ys) >= MIN_ITERATIONS and end > KL_GROWTH_FLOOR and end >= KL_GROWTH * start:

@@ -40,7 +40,6 @@ from grpo.report._snapshot import StudySnapshot, snapshot
 from grpo.report.collect import Frames, collect, objectives, spread_columns, trial_dir, value_columns
 from grpo.report.plots import Panel, panels
 
-
 MAX_DETAIL_ALL = 100  # up to this many trials, every trial gets a detail section
 MAX_DETAIL_BEST = 50
 MAX_DETAIL_FAILED = 50
@@ -110,8 +109,14 @@ def render(study: optuna.Study, frames: Frames, spec_path: str | None = None, be
         _table(snap, frames, detail),
         _details(snap, frames, base, base_label, best, numbers),
     ]
-    nav = [("summary", "Summary"), ("best", "Best trial"), ("diagnostics", "Diagnostics"),
-           *((p.id, p.title.split(":")[0]) for p in plot_panels), ("trials", "Trials"), ("details", "Details")]
+    nav = [
+        ("summary", "Summary"),
+        ("best", "Best trial"),
+        ("diagnostics", "Diagnostics"),
+        *((p.id, p.title.split(":")[0]) for p in plot_panels),
+        ("trials", "Trials"),
+        ("details", "Details"),
+    ]
     nav_html = " ".join(f'<a href="#{e(i)}">{e(t)}</a>' for i, t in nav)
     return _PAGE.format(
         title=e(f"grpo-sweep report: {snap.study_name}"),
@@ -134,8 +139,10 @@ def _panel(panel: Panel) -> str:
         return f'{head}<p class="note">{e(panel.note or "nothing to draw")}</p></section>'
     data = _json_for_script(pio.to_json(panel.figure, validate=False, remove_uids=True))
     caption = f'<p class="caption">{e(panel.caption)}</p>' if panel.caption else ""
-    return (f'{head}<div class="plot" id="plot-{e(panel.id)}" data-fig="fig-{e(panel.id)}"></div>'
-            f'<script type="application/json" id="fig-{e(panel.id)}">{data}</script>{caption}</section>')
+    return (
+        f'{head}<div class="plot" id="plot-{e(panel.id)}" data-fig="fig-{e(panel.id)}"></div>'
+        f'<script type="application/json" id="fig-{e(panel.id)}">{data}</script>{caption}</section>'
+    )
 
 
 # ------------------------------------------------------------------------------------------ header
@@ -185,11 +192,14 @@ def _header(snap: StudySnapshot, frames: Frames, spec_path: str | None, best: Fr
     spec = attrs.get("spec") if isinstance(attrs.get("spec"), dict) else {}
     counts = collections.Counter(t.state.name for t in snap.get_trials(deepcopy=False))
     states = [s for s in STATE_ORDER if counts.get(s)] + sorted(set(counts) - set(STATE_ORDER))
-    count_html = ", ".join(f'<span class="state {e(s)}">{counts[s]} {e(s.lower())}</span>' for s in states) or "no trials yet"
+    count_html = (
+        ", ".join(f'<span class="state {e(s)}">{counts[s]} {e(s.lower())}</span>' for s in states) or "no trials yet"
+    )
     trials = frames.trials
     goals = objectives(snap)
     objective_html = "; ".join(
-        e(f"{g['direction']} {g['metric']}" + (f" (reduce: {g['reduce']})" if g.get("reduce") else "")) for g in goals)
+        e(f"{g['direction']} {g['metric']}" + (f" (reduce: {g['reduce']})" if g.get("reduce") else "")) for g in goals
+    )
     overrides = spec.get("overrides") or []
     base = attrs.get("base") or spec.get("base")
     base_html = e(str(base)) if base else "-"
@@ -205,7 +215,9 @@ def _header(snap: StudySnapshot, frames: Frames, spec_path: str | None, best: Fr
     running = counts.get("RUNNING", 0) > 0
     if starts:
         first, last = min(starts), (max(ends) if ends else None)
-        span = f"{first:%Y-%m-%d %H:%M:%S} to " + ("now (trials running)" if running or last is None else f"{last:%Y-%m-%d %H:%M:%S}")
+        span = f"{first:%Y-%m-%d %H:%M:%S} to " + (
+            "now (trials running)" if running or last is None else f"{last:%Y-%m-%d %H:%M:%S}"
+        )
         end_for_span = dt.datetime.now(first.tzinfo) if running or last is None else last
         span += f" ({_duration((end_for_span - first).total_seconds())})"
     else:
@@ -219,8 +231,13 @@ def _header(snap: StudySnapshot, frames: Frames, spec_path: str | None, best: Fr
         ("Pruner", e(_describe(spec.get("pruner") or attrs.get("pruner")))),
         ("Backend", e(str(attrs.get("backend") or spec.get("backend") or "-"))),
         ("Trials", f"{len(trials)} ({count_html})"),
-        ("Compute", e(f"{_duration(total_compute)} device-time in all (CPU {_duration(_sum(trials, 'cpu_s')) or '0 s'}, "
-                      f"NPU {_duration(_sum(trials, 'npu_s')) or '0 s'}, trial wall time {_duration(_sum(trials, 'wall_s')) or '0 s'})")),
+        (
+            "Compute",
+            e(
+                f"{_duration(total_compute)} device-time in all (CPU {_duration(_sum(trials, 'cpu_s')) or '0 s'}, "
+                f"NPU {_duration(_sum(trials, 'npu_s')) or '0 s'}, trial wall time {_duration(_sum(trials, 'wall_s')) or '0 s'})"
+            ),
+        ),
         ("Compute to best", e(best_compute)),
         ("Time span", e(span)),
         ("Report written", e(f"{dt.datetime.now():%Y-%m-%d %H:%M:%S}")),
@@ -257,15 +274,20 @@ def _best(snap: StudySnapshot, frames: Frames, best: FrozenTrial | None, detail:
     if best is None:
         return head + '<p class="note">No completed trial yet.</p></section>'
     values = "<br>".join(e(v) for v in _value_with_spread(snap, frames, best))
-    config = ('<p>Config: <a href="best_config.yaml">best_config.yaml</a> (its full resolved grpo_trainer config)</p>'
-              if isinstance(best.user_attrs.get("config"), dict) else '<p class="note">This trial recorded no config.</p>')
+    config = (
+        '<p>Config: <a href="best_config.yaml">best_config.yaml</a> (its full resolved grpo_trainer config)</p>'
+        if isinstance(best.user_attrs.get("config"), dict)
+        else '<p class="note">This trial recorded no config.</p>'
+    )
     extra = ""
     if len(snap.directions) > 1:
         front = sorted(snap.best_trials, key=lambda t: t.number)
         links = ", ".join(_trial_link(t.number, detail) for t in front)
-        extra = (f"<p>{len(front)} Pareto-optimal trial(s): {links}. Shown: the one best on the first objective.</p>")
-    return (f'{head}{extra}<p class="big"><a href="#trial-{best.number}">Trial #{best.number}</a>: {values}</p>'
-            f"{_params_table(best)}{config}</section>")
+        extra = f"<p>{len(front)} Pareto-optimal trial(s): {links}. Shown: the one best on the first objective.</p>"
+    return (
+        f'{head}{extra}<p class="big"><a href="#trial-{best.number}">Trial #{best.number}</a>: {values}</p>'
+        f"{_params_table(best)}{config}</section>"
+    )
 
 
 # --------------------------------------------------------------------------------------- diagnostics
@@ -278,19 +300,25 @@ def _diagnostics(frames: Frames, detail: set[int]) -> str:
     counts = collections.Counter(f.name for flags in frames.flags.values() for f in flags)
     items = "".join(
         f"<li><b>{e(name)}</b> ({counts.get(name, 0)} trial{'s' if counts.get(name, 0) != 1 else ''}): {e(rule)}</li>"
-        for name, rule in diagnostics.RULES.items())
+        for name, rule in diagnostics.RULES.items()
+    )
     if frames.flags:
         rows = "".join(
-            f'<tr><td>{_trial_link(n, detail)}</td><td>{"<br>".join(e(f"{f.name}: {f.detail}") for f in flags)}</td></tr>'
-            for n, flags in sorted(frames.flags.items())[:MAX_FLAGGED_ROWS])
+            f"<tr><td>{_trial_link(n, detail)}</td><td>{'<br>'.join(e(f'{f.name}: {f.detail}') for f in flags)}</td></tr>"
+            for n, flags in sorted(frames.flags.items())[:MAX_FLAGGED_ROWS]
+        )
         more = f", the first {MAX_FLAGGED_ROWS} listed" if len(frames.flags) > MAX_FLAGGED_ROWS else ""
-        flagged = (f"<details{' open' if len(frames.flags) <= 10 else ''}><summary>{len(frames.flags)} flagged "
-                   f"trial{'s' if len(frames.flags) != 1 else ''}{more}</summary>"
-                   f'<table class="params"><tr><th>trial</th><th>flags</th></tr>{rows}</table></details>')
+        flagged = (
+            f"<details{' open' if len(frames.flags) <= 10 else ''}><summary>{len(frames.flags)} flagged "
+            f"trial{'s' if len(frames.flags) != 1 else ''}{more}</summary>"
+            f'<table class="params"><tr><th>trial</th><th>flags</th></tr>{rows}</table></details>'
+        )
     else:
         flagged = '<p class="note">No trial is flagged.</p>'
-    return (f'<section id="diagnostics"><h2>GRPO diagnostics</h2><p>Rules (see grpo/report/diagnostics.py), '
-            f"checked on each trial's curves averaged over seeds:</p><ul>{items}</ul>{flagged}</section>")
+    return (
+        f'<section id="diagnostics"><h2>GRPO diagnostics</h2><p>Rules (see grpo/report/diagnostics.py), '
+        f"checked on each trial's curves averaged over seeds:</p><ul>{items}</ul>{flagged}</section>"
+    )
 
 
 # --------------------------------------------------------------------------------------------- table
@@ -302,18 +330,41 @@ def _table(snap: StudySnapshot, frames: Frames, detail: set[int]) -> str:
     spreads = spread_columns(snap)
     names = [g["metric"] for g in objectives(snap)]
     params = [c for c in trials.columns if c.startswith("params_")]
-    head = ["#", "state", *names, *(f"± {n}" for n in names), *(p[len("params_"):] for p in params),
-            "duration", "compute", "iterations", "flags", "reason"]
+    head = [
+        "#",
+        "state",
+        *names,
+        *(f"± {n}" for n in names),
+        *(p[len("params_") :] for p in params),
+        "duration",
+        "compute",
+        "iterations",
+        "flags",
+        "reason",
+    ]
     ths = "".join(f'<th title="click to sort">{e(h)}</th>' for h in head)
     body = []
-    records = trials[["number", "state", *values, *spreads, *params, "duration_s", "compute_s", "last_iteration",
-                      "flags", "failure_reason", "pruned_reason"]].itertuples(index=False, name=None)
+    records = trials[
+        [
+            "number",
+            "state",
+            *values,
+            *spreads,
+            *params,
+            "duration_s",
+            "compute_s",
+            "last_iteration",
+            "flags",
+            "failure_reason",
+            "pruned_reason",
+        ]
+    ].itertuples(index=False, name=None)
     for rec in records:
         number, state = rec[0], rec[1]
         k = 2
-        vals, k = rec[k:k + len(values)], k + len(values)
-        sprs, k = rec[k:k + len(spreads)], k + len(spreads)
-        pvals, k = rec[k:k + len(params)], k + len(params)
+        vals, k = rec[k : k + len(values)], k + len(values)
+        sprs, k = rec[k : k + len(spreads)], k + len(spreads)
+        pvals, k = rec[k : k + len(params)], k + len(params)
         duration, compute, iters, flags, failure, pruned = rec[k:]
         num = f'<a href="#trial-{number}">{number}</a>' if number in detail else str(number)
         cells = [f"<td>{num}</td>", f'<td class="state {e(str(state))}">{e(str(state))}</td>']
@@ -327,9 +378,11 @@ def _table(snap: StudySnapshot, frames: Frames, detail: set[int]) -> str:
         reason = failure if isinstance(failure, str) else (pruned if isinstance(pruned, str) else "")
         cells.append(f'<td class="reason" title="{e(reason)}">{e(_short(reason))}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
-    return (f'<section id="trials"><h2>Trials</h2><p>{len(trials)} trials; click a column header to sort.</p>'
-            f'<div class="scroll"><table class="sortable trials"><thead><tr>{ths}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div></section>')
+    return (
+        f'<section id="trials"><h2>Trials</h2><p>{len(trials)} trials; click a column header to sort.</p>'
+        f'<div class="scroll"><table class="sortable trials"><thead><tr>{ths}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div></section>"
+    )
 
 
 def _cell(value) -> str:
@@ -375,8 +428,10 @@ def base_config(snap: StudySnapshot) -> tuple[dict | None, str]:
     if base:
         try:
             composed = _compose(str(base), tuple(overrides))
-            return composed, f"the base config {base}" + (f" with the spec's overrides ({' '.join(overrides)})" if overrides else "")
-        except Exception as err:  # noqa: BLE001 - a base that no longer composes must not stop the report
+            return composed, f"the base config {base}" + (
+                f" with the spec's overrides ({' '.join(overrides)})" if overrides else ""
+            )
+        except Exception as err:
             why = f"the base config {base} could not be composed here ({type(err).__name__}: {_short(str(err), 200)})"
     first = next((t for t in snap.get_trials(deepcopy=False) if isinstance(t.user_attrs.get("config"), dict)), None)
     if first is None:
@@ -441,15 +496,23 @@ def _log_tail(trial: FrozenTrial, snap: StudySnapshot) -> list[str]:
     return []
 
 
-def _details(snap: StudySnapshot, frames: Frames, base: dict | None, base_label: str, best: FrozenTrial | None,
-             numbers: list[int]) -> str:
+def _details(
+    snap: StudySnapshot,
+    frames: Frames,
+    base: dict | None,
+    base_label: str,
+    best: FrozenTrial | None,
+    numbers: list[int],
+) -> str:
     by_number = {t.number: t for t in snap.get_trials(deepcopy=False)}
     rows = frames.trials.set_index("number")
     total = len(by_number)
-    intro = (f"<p>Config diffs are against {e(base_label)}.</p>" +
-             ("" if len(numbers) == total else
-              f"<p>{len(numbers)} of {total} trials have a detail section: the {MAX_DETAIL_BEST} best completed, the "
-              f"{MAX_DETAIL_FAILED} most recent failures and the running trials.</p>"))
+    intro = f"<p>Config diffs are against {e(base_label)}.</p>" + (
+        ""
+        if len(numbers) == total
+        else f"<p>{len(numbers)} of {total} trials have a detail section: the {MAX_DETAIL_BEST} best completed, the "
+        f"{MAX_DETAIL_FAILED} most recent failures and the running trials.</p>"
+    )
     parts = [f'<section id="details"><h2>Trial details</h2>{intro}']
     for number in numbers:
         trial = by_number[number]
@@ -462,22 +525,34 @@ def _details(snap: StudySnapshot, frames: Frames, base: dict | None, base_label:
             facts.append(("per seed", e(_per_seed(row["seed_values"]))))
         for label, key in (("duration", "duration_s"), ("compute", "compute_s")):
             facts.append((label, e(_duration(row.get(key)))))
-        for label, key in (("iterations", "last_iteration"), ("node", "node"), ("devices", "devices"),
-                           ("attempt", "attempt"), ("retry of", "retry_of"), ("trial dir", "trial_dir"),
-                           ("pruned", "pruned_reason"), ("failure", "failure_reason")):
+        for label, key in (
+            ("iterations", "last_iteration"),
+            ("node", "node"),
+            ("devices", "devices"),
+            ("attempt", "attempt"),
+            ("retry of", "retry_of"),
+            ("trial dir", "trial_dir"),
+            ("pruned", "pruned_reason"),
+            ("failure", "failure_reason"),
+        ):
             value = row.get(key)
             if value is not None and not (isinstance(value, float) and math.isnan(value)) and value != "":
                 facts.append((label, e(_cell(value))))
         for flag in frames.flags.get(number, []):
             facts.append(("flag", f"<b>{e(flag.name)}</b>: {e(flag.detail)}"))
         if trial.params:
-            facts.append(("params", "<br>".join(f"<code>{e(k)}</code> = {e(_fmt(v))}" for k, v in trial.params.items())))
+            facts.append(
+                ("params", "<br>".join(f"<code>{e(k)}</code> = {e(_fmt(v))}" for k, v in trial.params.items()))
+            )
         body = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
         config = trial.user_attrs.get("config")
         if isinstance(config, dict) and base is not None:
             diff = config_diff(base, config)
             if diff:
-                trs = "".join(f"<tr><td><code>{e(k)}</code></td><td>{e(_fmt(a))}</td><td>{e(_fmt(b))}</td></tr>" for k, a, b in diff)
+                trs = "".join(
+                    f"<tr><td><code>{e(k)}</code></td><td>{e(_fmt(a))}</td><td>{e(_fmt(b))}</td></tr>"
+                    for k, a, b in diff
+                )
                 diff_html = f'<table class="diff"><tr><th>key</th><th>base</th><th>this trial</th></tr>{trs}</table>'
             else:
                 diff_html = "<p>Same config as the base.</p>"
@@ -486,10 +561,15 @@ def _details(snap: StudySnapshot, frames: Frames, base: dict | None, base_label:
         logs = ""
         if trial.state == TrialState.FAIL:
             tail = _log_tail(trial, snap)
-            logs = (f"<h4>Last log lines</h4><pre>{e(chr(10).join(tail))}</pre>" if tail
-                    else '<p class="note">No log lines recorded.</p>')
-        parts.append(f'<section class="trial" id="trial-{number}"><h3>Trial #{number}</h3><dl class="facts">{body}</dl>'
-                     f"<h4>Config diff</h4>{diff_html}{logs}</section>")
+            logs = (
+                f"<h4>Last log lines</h4><pre>{e(chr(10).join(tail))}</pre>"
+                if tail
+                else '<p class="note">No log lines recorded.</p>'
+            )
+        parts.append(
+            f'<section class="trial" id="trial-{number}"><h3>Trial #{number}</h3><dl class="facts">{body}</dl>'
+            f"<h4>Config diff</h4>{diff_html}{logs}</section>"
+        )
     parts.append("</section>")
     return "".join(parts)
 

@@ -84,10 +84,15 @@ def panels(study: optuna.Study, frames: Frames) -> list[Panel]:
     for i, goal in enumerate(goals):
         suffix = f" ({goal['metric']})" if multi else ""
         target, name = _target(i, goal, multi)
-        out.append(_guard(f"history{i}", f"Optimisation history{suffix}",
-                          _need(complete, 1, params=None),
-                          lambda: ov.plot_optimization_history(snap, target=target, target_name=name),
-                          caption="Every finished trial's value and the best value so far."))
+        out.append(
+            _guard(
+                f"history{i}",
+                f"Optimisation history{suffix}",
+                _need(complete, 1, params=None),
+                lambda: ov.plot_optimization_history(snap, target=target, target_name=name),
+                caption="Every finished trial's value and the best value so far.",
+            )
+        )
     importances: dict[str, float] = {}
     for i, goal in enumerate(goals):
         suffix = f" ({goal['metric']})" if multi else ""
@@ -102,32 +107,64 @@ def panels(study: optuna.Study, frames: Frames) -> list[Panel]:
     target, name = _target(0, goals[0], multi)
     first = f" ({goals[0]['metric']})" if multi else ""  # several objectives: these plots show the first
     parallel = snap.subset(sample_trials(complete, MAX_PARALLEL_TRIALS, snap))
-    out.append(_guard("parallel", f"Parallel coordinates{first}", _need(complete, 1, params),
-                      lambda: ov.plot_parallel_coordinate(parallel, target=target, target_name=name),
-                      caption=_sample_note(len(parallel.get_trials()), len(complete))))
-    out.append(_guard("slice", f"Slice plots{first}", _need(complete, 1, params),
-                      lambda: ov.plot_slice(sample, target=target, target_name=name), caption=note))
+    out.append(
+        _guard(
+            "parallel",
+            f"Parallel coordinates{first}",
+            _need(complete, 1, params),
+            lambda: ov.plot_parallel_coordinate(parallel, target=target, target_name=name),
+            caption=_sample_note(len(parallel.get_trials()), len(complete)),
+        )
+    )
+    out.append(
+        _guard(
+            "slice",
+            f"Slice plots{first}",
+            _need(complete, 1, params),
+            lambda: ov.plot_slice(sample, target=target, target_name=name),
+            caption=note,
+        )
+    )
 
     top2 = [p for p in sorted(importances, key=importances.get, reverse=True)][:2]
     if len(top2) < 2:
         top2 = params[:2]
     contour_sample = snap.subset(sample_trials(complete, MAX_CONTOUR_TRIALS, snap))
     contour_why = _need(complete, 2, params) or (None if len(params) >= 2 else "needs at least 2 parameters")
-    out.append(_guard("contour", "Contour of the two most important parameters" + (f": {top2[0]} x {top2[1]}" if len(top2) == 2 else "") + first,
-                      contour_why,
-                      lambda: ov.plot_contour(contour_sample, params=top2, target=target, target_name=name),
-                      caption=_sample_note(len(contour_sample.get_trials()), len(complete))))
+    out.append(
+        _guard(
+            "contour",
+            "Contour of the two most important parameters"
+            + (f": {top2[0]} x {top2[1]}" if len(top2) == 2 else "")
+            + first,
+            contour_why,
+            lambda: ov.plot_contour(contour_sample, params=top2, target=target, target_name=name),
+            caption=_sample_note(len(contour_sample.get_trials()), len(complete)),
+        )
+    )
     if multi:
         out.append(_pareto(snap, complete, goals))
-    out.append(_guard("curves", "Learning curves", None if len(frames.metrics) or _any_intermediate(snap) else
-                      "no trial has reported a metric yet", lambda: learning_curves(snap, frames)))
+    out.append(
+        _guard(
+            "curves",
+            "Learning curves",
+            None if len(frames.metrics) or _any_intermediate(snap) else "no trial has reported a metric yet",
+            lambda: learning_curves(snap, frames),
+        )
+    )
     for i, goal in enumerate(goals):
         suffix = f" ({goal['metric']})" if multi else ""
-        out.append(_guard(f"compute{i}", f"Objective against compute{suffix}", None if len(frames.trials) else "no trials yet",
-                          lambda i=i: objective_vs_compute(snap, frames, i),
-                          caption="Left: each trial's value against the device-seconds it used (pruned trials at "
-                                  "their last reported value). Right: the best value so far against the study's "
-                                  "cumulative compute."))
+        out.append(
+            _guard(
+                f"compute{i}",
+                f"Objective against compute{suffix}",
+                None if len(frames.trials) else "no trials yet",
+                lambda i=i: objective_vs_compute(snap, frames, i),
+                caption="Left: each trial's value against the device-seconds it used (pruned trials at "
+                "their last reported value). Right: the best value so far against the study's "
+                "cumulative compute.",
+            )
+        )
     return out
 
 
@@ -147,7 +184,9 @@ def _need(complete: list, n: int, params: list | None) -> str | None:
     return None
 
 
-def _guard(id: str, title: str, why_not: str | None, draw: Callable[[], go.Figure | dict], caption: str | None = None) -> Panel:
+def _guard(
+    id: str, title: str, why_not: str | None, draw: Callable[[], go.Figure | dict], caption: str | None = None
+) -> Panel:
     """A panel from ``draw()``; a note instead when ``why_not`` or when drawing raised.
 
     A report is a read-only view that every sweep ends with: one plot Optuna cannot draw for this
@@ -157,7 +196,7 @@ def _guard(id: str, title: str, why_not: str | None, draw: Callable[[], go.Figur
         return Panel(id, title, note=why_not)
     try:
         figure = draw()
-    except Exception as err:  # noqa: BLE001 - see the docstring
+    except Exception as err:
         log.warning("report: could not draw %s: %s", title, err)
         return Panel(id, title, note=f"could not draw this plot: {type(err).__name__}: {err}")
     margin = {"t": 30, "l": 60, "r": 20, "b": 50}
@@ -172,7 +211,9 @@ def _guard(id: str, title: str, why_not: str | None, draw: Callable[[], go.Figur
 def _sample_note(shown: int, total: int) -> str | None:
     if shown >= total:
         return None
-    return f"Drawn from {shown} of {total} completed trials: the best half of that budget and an even spread of the rest."
+    return (
+        f"Drawn from {shown} of {total} completed trials: the best half of that budget and an even spread of the rest."
+    )
 
 
 def sample_trials(trials: list[FrozenTrial], cap: int, study: optuna.Study) -> list[FrozenTrial]:
@@ -184,7 +225,7 @@ def sample_trials(trials: list[FrozenTrial], cap: int, study: optuna.Study) -> l
         return list(trials)
     sign = -1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else 1.0
     ranked = sorted(trials, key=lambda t: sign * t.values[0])
-    best, rest = ranked[: cap // 2], ranked[cap // 2:]
+    best, rest = ranked[: cap // 2], ranked[cap // 2 :]
     rest = sorted(rest, key=lambda t: t.number)
     picks = np.linspace(0, len(rest) - 1, cap - len(best)).round().astype(int)
     chosen = best + [rest[i] for i in sorted(set(picks.tolist()))]
@@ -211,23 +252,41 @@ def _importances(snap: StudySnapshot, complete, params, target, name, id, suffix
     if len(complete) <= FANOVA_MAX_TRIALS:
         evaluator, which = _Remembering(FanovaImportanceEvaluator(seed=0)), "fANOVA (Optuna's default)"
     else:
-        evaluator, which = _Remembering(PedAnovaImportanceEvaluator()), "PED-ANOVA (fANOVA is too slow for this many trials)"
-    panel = _guard(id, title, None, lambda: ov.plot_param_importances(snap, evaluator=evaluator, target=target, target_name=name),
-                   caption=f"Importance by {which}, over {len(complete)} completed trials.")
+        evaluator, which = (
+            _Remembering(PedAnovaImportanceEvaluator()),
+            "PED-ANOVA (fANOVA is too slow for this many trials)",
+        )
+    panel = _guard(
+        id,
+        title,
+        None,
+        lambda: ov.plot_param_importances(snap, evaluator=evaluator, target=target, target_name=name),
+        caption=f"Importance by {which}, over {len(complete)} completed trials.",
+    )
     return panel, evaluator.result
 
 
 def _pareto(snap: StudySnapshot, complete, goals) -> Panel:
     names = [g["metric"] for g in goals]
     if len(names) > 3:
-        return Panel("pareto", "Pareto front", note=f"Optuna draws Pareto fronts of 2 or 3 objectives; this study has {len(names)}")
+        return Panel(
+            "pareto",
+            "Pareto front",
+            note=f"Optuna draws Pareto fronts of 2 or 3 objectives; this study has {len(names)}",
+        )
     front = {t.number for t in snap.best_trials} if complete else set()
     sample = sample_trials(complete, MAX_PLOT_TRIALS, snap)
-    chosen = sorted({t.number: t for t in [*sample, *(t for t in complete if t.number in front)]}.values(), key=lambda t: t.number)
+    chosen = sorted(
+        {t.number: t for t in [*sample, *(t for t in complete if t.number in front)]}.values(), key=lambda t: t.number
+    )
     sub = snap.subset(chosen)
-    return _guard("pareto", "Pareto front", _need(complete, 1, None),
-                  lambda: ov.plot_pareto_front(sub, target_names=names),
-                  caption=f"{len(front)} Pareto-optimal trial(s). " + (_sample_note(len(chosen), len(complete)) or ""))
+    return _guard(
+        "pareto",
+        "Pareto front",
+        _need(complete, 1, None),
+        lambda: ov.plot_pareto_front(sub, target_names=names),
+        caption=f"{len(front)} Pareto-optimal trial(s). " + (_sample_note(len(chosen), len(complete)) or ""),
+    )
 
 
 def _any_intermediate(snap: StudySnapshot) -> bool:
@@ -282,8 +341,19 @@ def _grid(n: int, titles: list[str], height: int) -> tuple[dict, list[tuple[str,
         suffix = "" if k == 0 else str(k + 1)
         layout[f"xaxis{suffix}"] = {"domain": [x0, x0 + width], "anchor": f"y{suffix}"}
         layout[f"yaxis{suffix}"] = {"domain": [max(0.0, y1 - tall), y1], "anchor": f"x{suffix}"}
-        layout["annotations"].append({"text": titles[k], "x": x0 + width / 2, "y": y1, "xref": "paper", "yref": "paper",
-                                      "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 13}})
+        layout["annotations"].append(
+            {
+                "text": titles[k],
+                "x": x0 + width / 2,
+                "y": y1,
+                "xref": "paper",
+                "yref": "paper",
+                "xanchor": "center",
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 13},
+            }
+        )
         refs.append((f"x{suffix}", f"y{suffix}"))
     return layout, refs
 
@@ -321,8 +391,10 @@ def learning_curves(study: optuna.Study, frames: Frames) -> dict:
             rows.append((f"{title}: {name}", name))
     wanted = [r[1] for r in rows if r[1]] + [goals[0]["metric"]]
     curves = m[m["metric"].isin(wanted)].groupby(["metric", "trial", "iteration"], sort=True)["value"].mean()
-    by_metric = {name: {t: (g.index.get_level_values(2).to_numpy(float), g.to_numpy(float))
-                        for t, g in part.groupby(level=1)} for name, part in curves.groupby(level=0)}
+    by_metric = {
+        name: {t: (g.index.get_level_values(2).to_numpy(float), g.to_numpy(float)) for t, g in part.groupby(level=1)}
+        for name, part in curves.groupby(level=0)
+    }
 
     layout, refs = _grid(len(rows), [r[0] for r in rows], 360)
     best = _best_number(snap)
@@ -343,24 +415,49 @@ def learning_curves(study: optuna.Study, frames: Frames) -> dict:
                 continue
             xs, ys = _thin(x, y)
             style = STATE_STYLE.get(trial.state.name, STATE_STYLE["COMPLETE"])
-            traces.append({
-                "type": "scatter", "mode": "lines", "x": xs, "y": ys, "xaxis": xref, "yaxis": yref,
-                "name": f"#{trial.number} {trial.state.name}" + (" (best)" if trial.number == best else ""),
-                "legendgroup": f"t{trial.number}", "showlegend": k == 0,
-                "line": {"dash": style["dash"], "color": style["color"] or palette[j % len(palette)],
-                         "width": style["width"] * (2 if trial.number == best else 1)},
-                "hovertemplate": f"trial {trial.number} ({trial.state.name})<br>iteration %{{x}}<br>%{{y:.4g}}<extra></extra>",
-            })
-        marks = [(n, f) for n, flags in frames.flags.items() if n in numbers for f in flags
-                 if metric is not None and f.metric == metric and np.isfinite(f.value)]
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": xs,
+                    "y": ys,
+                    "xaxis": xref,
+                    "yaxis": yref,
+                    "name": f"#{trial.number} {trial.state.name}" + (" (best)" if trial.number == best else ""),
+                    "legendgroup": f"t{trial.number}",
+                    "showlegend": k == 0,
+                    "line": {
+                        "dash": style["dash"],
+                        "color": style["color"] or palette[j % len(palette)],
+                        "width": style["width"] * (2 if trial.number == best else 1),
+                    },
+                    "hovertemplate": f"trial {trial.number} ({trial.state.name})<br>iteration %{{x}}<br>%{{y:.4g}}<extra></extra>",
+                }
+            )
+        marks = [
+            (n, f)
+            for n, flags in frames.flags.items()
+            if n in numbers
+            for f in flags
+            if metric is not None and f.metric == metric and np.isfinite(f.value)
+        ]
         if marks:
-            traces.append({
-                "type": "scatter", "mode": "markers", "xaxis": xref, "yaxis": yref,
-                "x": [f.iteration for _, f in marks], "y": [f.value for _, f in marks],
-                "marker": {"symbol": "x", "size": 11, "color": "#d62728"}, "name": "diagnostic flag",
-                "legendgroup": "flags", "showlegend": flag_legend,
-                "text": [f"trial {n}: {f.name}" for n, f in marks], "hovertemplate": "%{text}<extra></extra>",
-            })
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "xaxis": xref,
+                    "yaxis": yref,
+                    "x": [f.iteration for _, f in marks],
+                    "y": [f.value for _, f in marks],
+                    "marker": {"symbol": "x", "size": 11, "color": "#d62728"},
+                    "name": "diagnostic flag",
+                    "legendgroup": "flags",
+                    "showlegend": flag_legend,
+                    "text": [f"trial {n}: {f.name}" for n, f in marks],
+                    "hovertemplate": "%{text}<extra></extra>",
+                }
+            )
             flag_legend = False
         _axis_title(layout, xref, "iteration")
     layout["legend"] = {"font": {"size": 10}}
@@ -404,22 +501,40 @@ def objective_vs_compute(study: optuna.Study, frames: Frames, index: int = 0) ->
         if not points:
             continue
         pruned = state == "PRUNED"
-        traces.append({
-            "type": "scatter", "mode": "markers", "name": state.lower(), "xaxis": refs[0][0], "yaxis": refs[0][1],
-            "x": [p[0] for p in points], "y": [p[1] for p in points],
-            "marker": {"symbol": "x" if pruned else "circle", "size": 7, "color": "#9a9a9a" if pruned else "#1f77b4"},
-            "text": [f"trial {p[2]}" for p in points],
-            "hovertemplate": "%{text}<br>compute %{x:.4g} s<br>value %{y:.4g}<extra></extra>",
-        })
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": state.lower(),
+                "xaxis": refs[0][0],
+                "yaxis": refs[0][1],
+                "x": [p[0] for p in points],
+                "y": [p[1] for p in points],
+                "marker": {
+                    "symbol": "x" if pruned else "circle",
+                    "size": 7,
+                    "color": "#9a9a9a" if pruned else "#1f77b4",
+                },
+                "text": [f"trial {p[2]}" for p in points],
+                "hovertemplate": "%{text}<br>compute %{x:.4g} s<br>value %{y:.4g}<extra></extra>",
+            }
+        )
     flagged = [p for points in groups.values() for p in points if p[3]]
     if flagged:  # a red ring around each flagged trial, naming its flags on hover
-        traces.append({
-            "type": "scatter", "mode": "markers", "name": "diagnostic flag", "xaxis": refs[0][0], "yaxis": refs[0][1],
-            "x": [p[0] for p in flagged], "y": [p[1] for p in flagged],
-            "marker": {"symbol": "circle-open", "size": 14, "color": "#d62728", "line": {"width": 2}},
-            "text": [f"trial {p[2]}: " + ", ".join(f.name for f in p[3]) for p in flagged],
-            "hovertemplate": "%{text}<extra></extra>",
-        })
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "diagnostic flag",
+                "xaxis": refs[0][0],
+                "yaxis": refs[0][1],
+                "x": [p[0] for p in flagged],
+                "y": [p[1] for p in flagged],
+                "marker": {"symbol": "circle-open", "size": 14, "color": "#d62728", "line": {"width": 2}},
+                "text": [f"trial {p[2]}: " + ", ".join(f.name for f in p[3]) for p in flagged],
+                "hovertemplate": "%{text}<extra></extra>",
+            }
+        )
     finished = [tr for tr in snap.get_trials(deepcopy=False) if tr.state.is_finished()]
     finished.sort(key=lambda tr: (tr.datetime_complete or tr.datetime_start or dt.datetime.max, tr.number))
     total, best, xs, ys = 0.0, None, [], []
@@ -433,9 +548,19 @@ def objective_vs_compute(study: optuna.Study, frames: Frames, index: int = 0) ->
             xs.append(total)
             ys.append(best)
     if xs:
-        traces.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv"}, "name": "best so far",
-                       "xaxis": refs[1][0], "yaxis": refs[1][1], "x": xs, "y": ys,
-                       "hovertemplate": "cumulative %{x:.4g} s<br>best %{y:.4g}<extra></extra>"})
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "line": {"shape": "hv"},
+                "name": "best so far",
+                "xaxis": refs[1][0],
+                "yaxis": refs[1][1],
+                "x": xs,
+                "y": ys,
+                "hovertemplate": "cumulative %{x:.4g} s<br>best %{y:.4g}<extra></extra>",
+            }
+        )
     _axis_title(layout, refs[0][0], "device-seconds (NPU-s, else CPU-s)")
     _axis_title(layout, refs[1][0], "cumulative device-seconds")
     _axis_title(layout, refs[0][1], goal["metric"])

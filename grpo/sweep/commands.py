@@ -86,16 +86,18 @@ def _print_summary(console: Console, spec, study) -> None:
 def _status_rows(study) -> list[dict]:
     rows = []
     for t in study.get_trials(deepcopy=False):
-        rows.append({
-            "number": t.number,
-            "state": t.state.name,
-            "values": t.values,
-            "params": t.params,
-            "attempt": t.user_attrs.get("attempt", 1),
-            "last_step": t.last_step,
-            "wall_s": t.user_attrs.get("wall_s"),
-            "reason": t.user_attrs.get("failure_reason") or t.user_attrs.get("pruned_reason"),
-        })
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "values": t.values,
+                "params": t.params,
+                "attempt": t.user_attrs.get("attempt", 1),
+                "last_step": t.last_step,
+                "wall_s": t.user_attrs.get("wall_s"),
+                "reason": t.user_attrs.get("failure_reason") or t.user_attrs.get("pruned_reason"),
+            }
+        )
     return rows
 
 
@@ -111,9 +113,14 @@ def cmd_status(args) -> int:
         table.add_column(col)
     for r in rows:
         value = ", ".join(f"{v:.4g}" for v in r["values"]) if r["values"] else ""
-        params = ", ".join(f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}" for k, v in r["params"].items())
+        params = ", ".join(
+            f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
+            for k, v in r["params"].items()
+        )
         wall = f"{r['wall_s']:.0f}" if r["wall_s"] else ""
-        table.add_row(str(r["number"]), r["state"], value, params, str(r["last_step"] or ""), wall, (r["reason"] or "")[:80])
+        table.add_row(
+            str(r["number"]), r["state"], value, params, str(r["last_step"] or ""), wall, (r["reason"] or "")[:80]
+        )
     Console().print(table)
     return 0
 
@@ -126,12 +133,26 @@ def cmd_best(args) -> int:
         raise UserError(f"{spec.path}: study '{spec.study}' has no completed trial yet")
     if len(spec.objectives) > 1:
         best = study.best_trials
-        print(json.dumps([{"number": t.number, "values": t.values, "params": t.params} for t in best], indent=2, default=str))
+        print(
+            json.dumps(
+                [{"number": t.number, "values": t.values, "params": t.params} for t in best], indent=2, default=str
+            )
+        )
         trial = best[0]
     else:
         trial = study.best_trial
-        print(json.dumps({"number": trial.number, "value": trial.value, "params": trial.params,
-                          "spread": trial.user_attrs.get("value_spread")}, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "number": trial.number,
+                    "value": trial.value,
+                    "params": trial.params,
+                    "spread": trial.user_attrs.get("value_spread"),
+                },
+                indent=2,
+                default=str,
+            )
+        )
     if args.export:
         config = dict(trial.user_attrs.get("config") or {})
         out = Path(args.export)
@@ -145,8 +166,10 @@ def cmd_best(args) -> int:
 
 def _best_yaml(config: dict, trial, spec) -> str:
     """The best trial's full config as a grpo_trainer YAML that grpo-train loads (--config-path/name)."""
-    header = (f"# best trial {trial.number} of study {spec.study} ({spec.path})\n"
-              f"# params: {json.dumps(trial.params, default=str)}\n")
+    header = (
+        f"# best trial {trial.number} of study {spec.study} ({spec.path})\n"
+        f"# params: {json.dumps(trial.params, default=str)}\n"
+    )
     body = dict(config)
     for run_key in ("save", "load"):  # per-trial paths: a new run chooses its own
         body.get("actor_config", {}).pop(run_key, None)
@@ -192,8 +215,10 @@ def validate_spec(args) -> int:
             Console().print(layout_table(spec))
         raise
     console = Console()
-    console.print(f"[bold]{spec.study}[/bold]: base {spec.base}, backend {spec.backend}, {spec.trials} trials, "
-                  f"concurrency {spec.concurrency}, seeds {spec.seeds}, storage {spec.storage_url()}")
+    console.print(
+        f"[bold]{spec.study}[/bold]: base {spec.base}, backend {spec.backend}, {spec.trials} trials, "
+        f"concurrency {spec.concurrency}, seeds {spec.seeds}, storage {spec.storage_url()}"
+    )
     table = Table(title="search space")
     table.add_column("key")
     table.add_column("distribution")
@@ -205,7 +230,9 @@ def validate_spec(args) -> int:
     grid = space.grid_points()
     console.print(f"grid points: {len(grid) if grid is not None else 'continuous (no grid)'}")
     feasible = [p for p, problems in checked if not problems]
-    console.print(f"checked {len(checked)} points: {len(feasible)} feasible, {len(checked) - len(feasible)} pruned before launch")
+    console.print(
+        f"checked {len(checked)} points: {len(feasible)} feasible, {len(checked) - len(feasible)} pruned before launch"
+    )
     for params, problems in checked:
         if problems:
             console.print(f"  [yellow]infeasible[/yellow] {params}: {problems[0]}", markup=True, highlight=False)
@@ -219,8 +246,10 @@ def validate_spec(args) -> int:
     base = load_config(spec.base, list(spec.overrides))
     d = derive(base)
     iters = base.megatron_training.train_iters
-    console.print(f"per trial: {iters} iterations x {d.rollouts_per_iteration} rollouts x {spec.seeds} seed(s); "
-                  f"study: {spec.trials} trials ~ {spec.trials * spec.seeds * iters} GRPO iterations")
+    console.print(
+        f"per trial: {iters} iterations x {d.rollouts_per_iteration} rollouts x {spec.seeds} seed(s); "
+        f"study: {spec.trials} trials ~ {spec.trials * spec.seeds * iters} GRPO iterations"
+    )
     for w in getattr(spec, "warnings", []) or []:
         console.print(f"[yellow]warning[/yellow]: {w}")
     return 0

@@ -67,7 +67,10 @@ class _Interrupt:
     def _handle(self, signum, frame):
         self.count += 1
         if self.count == 1:
-            print("\ninterrupt: no new trials; running trials stop at their next iteration (Ctrl-C again to stop now)", flush=True)
+            print(
+                "\ninterrupt: no new trials; running trials stop at their next iteration (Ctrl-C again to stop now)",
+                flush=True,
+            )
 
     def __exit__(self, *exc):
         if self._old is not None:
@@ -83,12 +86,14 @@ def forked(spec, name: str):
     return spec.model_copy(update={"study": name})
 
 
-def run_study(spec, *, fork: str | None = None, no_plan: bool = False, quiet: bool = True, progress=None) -> optuna.Study:
+def run_study(
+    spec, *, fork: str | None = None, no_plan: bool = False, quiet: bool = True, progress=None
+) -> optuna.Study:
     """Run or resume ``spec``'s study until it has ``spec.trials`` counted trials; return the study."""
-    from grpo.sweep.space import SearchSpace
-    from grpo.sweep.samplers import make_pruner, make_sampler
     from grpo.sweep.backends.registry import load_backend
     from grpo.sweep.preflight import preflight
+    from grpo.sweep.samplers import make_pruner, make_sampler
+    from grpo.sweep.space import SearchSpace
     from grpo.sweep.study_store import open_study
 
     if fork:
@@ -210,7 +215,9 @@ class _Driver:
     def _ask(self) -> tuple[_Live | None, str | None]:
         trial = self.study.ask()
         storage = self.study._storage
-        storage.set_trial_user_attr(trial._trial_id, "driver", self.me)  # heartbeat: datetime_start until the first beat
+        storage.set_trial_user_attr(
+            trial._trial_id, "driver", self.me
+        )  # heartbeat: datetime_start until the first beat
         params = self.space.suggest(trial)
         number = trial.number
         # Two drivers may both see one budget slot left: the trial with the larger number yields.
@@ -219,7 +226,12 @@ class _Driver:
             trial.set_user_attr("pruned_reason", "not run: the study reached its trial budget (another driver)")
             self.study.tell(trial, state=TrialState.PRUNED)
             if trial.user_attrs.get("retry_of") is not None:
-                self.study.enqueue_trial(params, user_attrs={k: trial.user_attrs[k] for k in ("retry_of", "attempt", "resume_from") if k in trial.user_attrs})
+                self.study.enqueue_trial(
+                    params,
+                    user_attrs={
+                        k: trial.user_attrs[k] for k in ("retry_of", "attempt", "resume_from") if k in trial.user_attrs
+                    },
+                )
             return None, None
         trial_dir = (self.spec.study_dir / "trials" / str(number)).resolve()
         try:
@@ -242,7 +254,8 @@ class _Driver:
         ahead = sum(
             1
             for t in trials
-            if t.number < number and (counts_toward_budget(t) or (t.state == TrialState.RUNNING and not t.user_attrs.get("infeasible")))
+            if t.number < number
+            and (counts_toward_budget(t) or (t.state == TrialState.RUNNING and not t.user_attrs.get("infeasible")))
         )
         return ahead < self.spec.trials
 
@@ -267,8 +280,12 @@ class _Driver:
             if resume_from:
                 old_ckpt = (Path(resume_from) / "runs" / f"seed{k}" / "ckpt").resolve()
                 if _checkpoint_iteration(old_ckpt) is not None:
-                    extra += [f"actor_config.load={old_ckpt}", "actor_config.finetune=false",
-                              "actor_config.no_load_optim=false", "actor_config.no_load_rng=false"]
+                    extra += [
+                        f"actor_config.load={old_ckpt}",
+                        "actor_config.finetune=false",
+                        "actor_config.no_load_optim=false",
+                        "actor_config.no_load_rng=false",
+                    ]
                     resumed = True
             cfg = self._base_cfg.with_overrides(param_overrides + extra)  # one validation per seed
             runs.append(SeedRun(seed=base_seed + k, cfg=cfg, run_dir=str(run_dir)))
@@ -283,15 +300,26 @@ class _Driver:
         (trial_dir / "config.yaml").write_text(yaml.dump(config, Dumper=_Dumper, sort_keys=False))
         (trial_dir / "overrides.yaml").write_text(yaml.dump(overrides, Dumper=_Dumper, sort_keys=False))
         # Each attr is one journal write (and fsync): start/end times are Optuna's datetime_start/complete.
-        attrs = {"overrides": overrides, "config": config, "seeds": [r.seed for r in runs],
-                 "trial_dir": str(trial_dir), "resources": options}
+        attrs = {
+            "overrides": overrides,
+            "config": config,
+            "seeds": [r.seed for r in runs],
+            "trial_dir": str(trial_dir),
+            "resources": options,
+        }
         if "attempt" not in trial.user_attrs:  # a retry carries its attempt from enqueue_trial
             attrs["attempt"] = 1
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         env = {"GRPO_SWEEP_RAY_ADDRESS": str(self.spec.cluster.address), **self.backend.job_env(spec)}
-        job = TrialJob(number=trial.number, backend=spec.backend, runs=runs, resume=resumed, env=env,
-                       driver={"host": self.me["host"], "pid": self.me["pid"]})
+        job = TrialJob(
+            number=trial.number,
+            backend=spec.backend,
+            runs=runs,
+            resume=resumed,
+            env=env,
+            driver={"host": self.me["host"], "pid": self.me["pid"]},
+        )
         return job, options
 
     def _adopt_history(self, live: _Live) -> None:
@@ -326,7 +354,9 @@ class _Driver:
     def _abandon_pending(self) -> None:
         if self.pending is not None:  # asked but never launched: give it back as a retry, no attempt used
             trial = self.study._storage.get_trial(self.pending.trial._trial_id)
-            fail_and_maybe_retry(self.study, trial, "not launched before the driver stopped", self.spec.retries, count_attempt=False)
+            fail_and_maybe_retry(
+                self.study, trial, "not launched before the driver stopped", self.spec.retries, count_attempt=False
+            )
             self.pending = None
 
     # -- metrics --------------------------------------------------------------------------------------
@@ -368,14 +398,23 @@ class _Driver:
         trial = live.trial
         result = fin.result or {}
         wall = time.time() - live.started_wall
-        attrs = {"wall_s": wall, "cpu_s": float(result.get("cpu_s", 0.0)), "npu_s": wall * _npus(live.options),
-                 "node": result.get("node"), "devices": result.get("devices") or []}
+        attrs = {
+            "wall_s": wall,
+            "cpu_s": float(result.get("cpu_s", 0.0)),
+            "npu_s": wall * _npus(live.options),
+            "node": result.get("node"),
+            "devices": result.get("devices") or [],
+        }
         for key, value in attrs.items():
             if value or key == "wall_s":  # unset = zero / none: one journal write less
                 trial.set_user_attr(key, value)
         frozen = self.study._storage.get_trial(trial._trial_id)
         if fin.error is not None:
-            reason = fin.error if live.stop_reason != "timeout" else f"timeout after {self.spec.timeout_per_trial} s (killed)"
+            reason = (
+                fin.error
+                if live.stop_reason != "timeout"
+                else f"timeout after {self.spec.timeout_per_trial} s (killed)"
+            )
             self._fail(frozen, reason, _tail(live))
             return
         status = result.get("status")
@@ -392,8 +431,14 @@ class _Driver:
             if why == "timeout":
                 self._fail(frozen, f"timeout after {self.spec.timeout_per_trial} s", _tail(live))
                 return
-            fail_and_maybe_retry(self.study, frozen, "interrupted (Ctrl-C); resumes on the next run", self.spec.retries,
-                                 last_log_lines=_tail(live), count_attempt=False)
+            fail_and_maybe_retry(
+                self.study,
+                frozen,
+                "interrupted (Ctrl-C); resumes on the next run",
+                self.spec.retries,
+                last_log_lines=_tail(live),
+                count_attempt=False,
+            )
             self._say(f"trial {live.number} interrupted; it resumes from its checkpoint on the next run")
             return
         values, spreads, per_seed = [], [], []
@@ -401,7 +446,11 @@ class _Driver:
             seed_values = [self._objective_so_far(live, r.seed, index) for r in live.job.runs]
             if any(v is None for v in seed_values):
                 seen = sorted({m for c in live.curves.values() for m in c})
-                self._fail(frozen, f"objective metric {objective.metric!r} was never reported; reported: {', '.join(seen[:12])}", _tail(live))
+                self._fail(
+                    frozen,
+                    f"objective metric {objective.metric!r} was never reported; reported: {', '.join(seen[:12])}",
+                    _tail(live),
+                )
                 return
             if not all(math.isfinite(v) for v in seed_values):
                 self._fail(frozen, f"objective {objective.metric} is not finite: {seed_values}", _tail(live))
@@ -412,7 +461,9 @@ class _Driver:
         trial.set_user_attr("values_per_seed", per_seed)
         trial.set_user_attr("value_spread", spreads)
         self.study.tell(trial, values if self.multi else values[0])
-        self._say(f"trial {live.number} complete: {', '.join(f'{o.metric}={v:.4g}' for o, v in zip(self.spec.objectives, values))}")
+        self._say(
+            f"trial {live.number} complete: {', '.join(f'{o.metric}={v:.4g}' for o, v in zip(self.spec.objectives, values))}"
+        )
 
     def _fail(self, frozen, reason: str, lines: list[str]) -> None:
         retried = fail_and_maybe_retry(self.study, frozen, reason, self.spec.retries, last_log_lines=lines)
@@ -470,8 +521,11 @@ def _tracking_overrides(spec, number: int, seed_index: int) -> list[str]:
     tracking = spec.tracking
     out = []
     if getattr(tracking, "wandb", "off") != "off":
-        out += ["rl_config.use_wandb=true", f"rl_config.wandb_project={spec.study}",
-                f"rl_config.wandb_exp_name=trial-{number}-seed{seed_index}"]
+        out += [
+            "rl_config.use_wandb=true",
+            f"rl_config.wandb_project={spec.study}",
+            f"rl_config.wandb_exp_name=trial-{number}-seed{seed_index}",
+        ]
     if getattr(tracking, "tensorboard", False):
         out += ["rl_config.use_tensorboard=true"]
     return out
@@ -522,4 +576,6 @@ def _tail(live: _Live, n: int = 20) -> list[str]:
 
 
 def _fmt_params(params: dict) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}" for k, v in params.items())
+    return ", ".join(
+        f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}" for k, v in params.items()
+    )

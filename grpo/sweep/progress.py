@@ -21,7 +21,9 @@ class LiveProgress:
     def __init__(self, spec, console: Console):
         self.spec, self.console = spec, console
         self.interactive = console.is_terminal
-        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self._bar = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        )
         self._task = self._bar.add_task(spec.study, total=spec.trials)
         self._live = Live(console=console, refresh_per_second=4, transient=False) if self.interactive else None
         self._last = 0.0
@@ -52,10 +54,17 @@ class LiveProgress:
         for number, live in sorted(driver.live.items()):
             seed = max(live.last_iteration, key=lambda s: live.last_iteration[s], default=None)
             value = driver._objective_so_far(live, seed, 0) if seed is not None else None
-            params = ", ".join(f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}" for k, v in live.params.items())
-            table.add_row(str(number), params, "" if seed is None else str(seed),
-                          str(live.last_iteration.get(seed, 0)) if seed is not None else "0",
-                          "" if value is None else f"{value:.4g}")
+            params = ", ".join(
+                f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
+                for k, v in live.params.items()
+            )
+            table.add_row(
+                str(number),
+                params,
+                "" if seed is None else str(seed),
+                str(live.last_iteration.get(seed, 0)) if seed is not None else "0",
+                "" if value is None else f"{value:.4g}",
+            )
         best = _best_text(driver)
         self._live.update(Group(table, self._bar, best))
 

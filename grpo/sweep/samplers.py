@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from grpo.sweep.space import SearchSpace
     from grpo.sweep.spec import SweepSpec
 
+
 class AskTellGridSampler(optuna.samplers.GridSampler):
     """Optuna's GridSampler without its ``study.stop()`` after the last point.
 
@@ -46,7 +47,7 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
     result). The driver stops on its own at ``spec.trials``, which ``load_spec`` caps at the grid size.
     """
 
-    def after_trial(self, study, trial, state, values) -> None:  # noqa: D102 - see the class doc
+    def after_trial(self, study, trial, state, values) -> None:
         return None
 
 
@@ -78,18 +79,21 @@ def _option_problems(section: str, cls: type, options: dict[str, Any], source: s
             problems.append(f"{where}: set it with {_RESERVED[name]}, not as an option")
         elif name not in accepted:
             hint = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
-            more = (f"; did you mean {section}.options.{hint[0]}?" if hint
-                    else f" (options: {', '.join(accepted) or 'none'})")
+            more = (
+                f"; did you mean {section}.options.{hint[0]}?"
+                if hint
+                else f" (options: {', '.join(accepted) or 'none'})"
+            )
             problems.append(f"{where}: unknown option of {cls.__name__}{more}")
     return problems
 
 
-def pruning_supported(spec: "SweepSpec") -> bool:
+def pruning_supported(spec: SweepSpec) -> bool:
     """Optuna prunes single-objective studies only (no report/should_prune with several objectives)."""
     return not spec.multi_objective
 
 
-def check_sampler_and_pruner(spec: "SweepSpec", space: "SearchSpace") -> tuple[list[str], list[str]]:
+def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> tuple[list[str], list[str]]:
     """(problems, warnings) for the sampler and pruner of ``spec`` over ``space``; builds both to check values."""
     src, name = spec.source, spec.sampler.name
     problems = _option_problems("sampler", SAMPLER_CLASSES[name], spec.sampler.options, src)
@@ -122,8 +126,9 @@ def check_sampler_and_pruner(spec: "SweepSpec", space: "SearchSpace") -> tuple[l
             f"use nsga2, tpe or gp for {len(spec.objectives)} objectives"
         )
     if name == "cmaes":
-        categorical = [p.key for p in space.params
-                       if isinstance(p.distribution, optuna.distributions.CategoricalDistribution)]
+        categorical = [
+            p.key for p in space.params if isinstance(p.distribution, optuna.distributions.CategoricalDistribution)
+        ]
         if categorical:
             notes.append(
                 f"{src}: sampler.name: cmaes samples categorical parameters ({', '.join(categorical)}) "
@@ -152,7 +157,7 @@ def check_sampler_and_pruner(spec: "SweepSpec", space: "SearchSpace") -> tuple[l
     return problems, notes
 
 
-def make_sampler(spec: "SweepSpec", space: "SearchSpace") -> optuna.samplers.BaseSampler:
+def make_sampler(spec: SweepSpec, space: SearchSpace) -> optuna.samplers.BaseSampler:
     """The Optuna sampler of ``spec`` (see the module doc for the defaults of each name)."""
     name, src = spec.sampler.name, spec.source
     kwargs: dict[str, Any] = {"seed": spec.sampler.seed}
@@ -173,7 +178,7 @@ def make_sampler(spec: "SweepSpec", space: "SearchSpace") -> optuna.samplers.Bas
         raise UserError(f"{src}: sampler.options: {err}") from None
 
 
-def make_pruner(spec: "SweepSpec", max_resource: int | str | None = None) -> optuna.pruners.BasePruner:
+def make_pruner(spec: SweepSpec, max_resource: int | str | None = None) -> optuna.pruners.BasePruner:
     """The Optuna pruner of ``spec``; ``NopPruner`` for multi-objective studies.
 
     ``max_resource`` (hyperband) defaults to the base config's ``megatron_training.train_iters``,
@@ -200,7 +205,7 @@ def make_pruner(spec: "SweepSpec", max_resource: int | str | None = None) -> opt
         raise UserError(f"{src}: pruner.options: {err}") from None
 
 
-def _train_iters(spec: "SweepSpec") -> int:
+def _train_iters(spec: SweepSpec) -> int:
     from grpo.config import load_config
 
     return int(load_config(spec.base, overrides=list(spec.overrides)).megatron_training.train_iters)

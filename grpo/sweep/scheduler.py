@@ -241,5 +241,8 @@ def _worker_env() -> dict[str, str]:
 
 def _death_reason(err: Exception) -> str:
     text = str(err).strip().splitlines()
-    detail = next((line for line in text if "killed" in line.lower() or "died" in line.lower() or "exit" in line.lower()), text[0] if text else "")
+    detail = next(
+        (line for line in text if "killed" in line.lower() or "died" in line.lower() or "exit" in line.lower()),
+        text[0] if text else "",
+    )
     return f"worker process died ({type(err).__name__}): {detail[:300]}"

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
@@ -47,7 +48,7 @@ KNOWN_TAGS = ("log", "int")
 
 
 # --------------------------------------------------------------------------------- expressions
-def parse_overrides(texts: list[str]) -> list["Override"]:
+def parse_overrides(texts: list[str]) -> list[Override]:
     """Hydra's override parser; a parse error becomes a ValueError with Hydra's one-line reason."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -214,12 +215,12 @@ class SearchSpace:
     params: list[Param]
 
     @classmethod
-    def from_spec(cls, spec: "SweepSpec") -> "SearchSpace":
+    def from_spec(cls, spec: SweepSpec) -> SearchSpace:
         """Parse and check ``spec.search``; one UserError listing every problem (file + ``search.<key>``)."""
         return cls.from_entries(spec.search, source=spec.source)
 
     @classmethod
-    def from_entries(cls, entries: Mapping[str, "SearchEntry | str"], source: str = "sweep spec") -> "SearchSpace":
+    def from_entries(cls, entries: Mapping[str, SearchEntry | str], source: str = "sweep spec") -> SearchSpace:
         from grpo.sweep.spec import SearchEntry
 
         problems: list[str] = []
@@ -308,7 +309,7 @@ class SearchSpace:
         """A parameter is sampled when every parent it names was sampled with an accepted value."""
         return all(parent in chosen and chosen[parent] in values for parent, values in param.when.items())
 
-    def suggest(self, trial: "optuna.trial.BaseTrial") -> dict[str, Any]:
+    def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
         """Ask ``trial`` for every active parameter, in order; returns key -> value (active ones only)."""
         chosen: dict[str, Any] = {}
         for p in self.params:
@@ -374,7 +375,7 @@ def _sampling_order(params: list[Param]) -> tuple[list[Param], list[str]]:
             while True:
                 nxt = next(q for q in node.when if q in waiting)
                 if nxt in cycle:
-                    return done + pending, cycle[cycle.index(nxt):] + [nxt]
+                    return done + pending, cycle[cycle.index(nxt) :] + [nxt]
                 cycle.append(nxt)
                 node = next(p for p in params if p.key == nxt)
         done.append(ready[0])

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from grpo.errors import UserError
+from grpo.errors import UserError, did_you_mean, dotted, validation_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STUDY_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -80,7 +80,7 @@ class ObjectiveSpec(_Strict):
     k: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
-    def _k_only_for_mean_last_k(self) -> "ObjectiveSpec":
+    def _k_only_for_mean_last_k(self) -> ObjectiveSpec:
         if self.reduce == "mean_last_k":
             if self.k is None:
                 self.k = DEFAULT_MEAN_LAST_K
@@ -230,7 +230,7 @@ class SweepSpec(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _unique_metrics(self) -> "SweepSpec":
+    def _unique_metrics(self) -> SweepSpec:
         metrics = [o.metric for o in self.objectives]
         doubles = sorted({m for m in metrics if metrics.count(m) > 1})
         if doubles:
@@ -302,18 +302,6 @@ class SweepSpec(_Strict):
 
 
 # -------------------------------------------------------------------------------- error messages
-def _dotted(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The spec model whose fields hold the last key of ``loc`` (for did-you-mean on unknown keys)."""
     model: Any = SweepSpec
@@ -334,56 +322,25 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
-def _field_names(model: type[BaseModel]) -> list[str]:
-    return [f.alias or n for n, f in model.model_fields.items()]
-
-
-def _describe(err: dict[str, Any]) -> str:
-    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    if kind == "missing":
-        return "missing required key"
-    if kind == "literal_error":
-        allowed = ctx.get("expected", "").replace("'", "").replace(" or ", ", ")
-        return f"must be one of {allowed} (got {_short(value)})"
-    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
-    if kind in bounds:
-        limit = next(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
-        limit = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
-        return f"must be {bounds[kind]} {limit} (got {_short(value)})"
-    if kind == "too_short":
-        return "must not be empty"
-    words = {"int": "an integer", "float": "a number", "bool": "true or false", "string": "a string",
-             "dict": "a mapping", "list": "a list", "model": "a mapping"}
-    for word, text in words.items():
-        if kind.startswith(word) and ("type" in kind or "parsing" in kind or "fraction" in kind):
-            return f"must be {text} (got {_short(value)})"
-    if kind == "value_error":
-        return str(ctx.get("error", err["msg"]))
-    return f"{err['msg']} (got {_short(value)})"
+def _suggest_spec_key(loc: tuple[Any, ...]) -> str | None:
+    model = _model_at(loc)
+    if model is None:
+        return None
+    match = did_you_mean(str(loc[-1]), [f.alias or n for n, f in model.model_fields.items()])
+    return dotted(loc[:-1] + (match,)) if match else None
 
 
 def _problems(error: ValidationError, source: str, objective_was_list: bool) -> list[str]:
-    lines: list[str] = []
-    for err in error.errors():
-        loc = tuple(err["loc"])
+    def relocate(loc: tuple[Any, ...], message: str) -> tuple[tuple[Any, ...], str]:
         if loc[:1] == ("objective",) and not objective_was_list and len(loc) > 1 and loc[1] == 0:
             loc = ("objective",) + loc[2:]  # the user wrote one mapping, not a list
-        message = _describe(err)
-        if err["type"] == "extra_forbidden":
-            message = "unknown key"
-            model = _model_at(loc)
-            if model is not None:
-                match = difflib.get_close_matches(str(loc[-1]), _field_names(model), n=1, cutoff=0.6)
-                if match:
-                    message += f"; did you mean {_dotted(loc[:-1] + (match[0],))}?"
-        elif err["type"] == "value_error" and message.startswith("k: "):
-            loc, message = loc + ("k",), message[3:]
-        elif err["type"] == "value_error" and message.startswith("objective: "):
-            loc, message = ("objective",), message[len("objective: "):]
-        line = f"{source}: {_dotted(loc)}: {message}"
-        if line not in lines:
-            lines.append(line)
-    return lines
+        if message.startswith("k: "):
+            return loc + ("k",), message[3:]
+        if message.startswith("objective: "):
+            return ("objective",), message[len("objective: ") :]
+        return loc, message
+
+    return validation_lines(error, source, suggest=_suggest_spec_key, plain_values=True, relocate=relocate)
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -433,7 +390,7 @@ def _resolve_base(base: str, spec_dir: Path, source: str) -> tuple[str | None, s
         more = f"; did you mean {hint[0]}?" if hint else f" (available: {', '.join(names) or 'none'})"
         return None, f"{source}: base: no config named {base} in {cdir}{more}"
     raw = Path(base).expanduser()
-    for candidate in ([raw] if raw.is_absolute() else [spec_dir / raw, Path.cwd() / raw]):
+    for candidate in [raw] if raw.is_absolute() else [spec_dir / raw, Path.cwd() / raw]:
         if candidate.is_file():
             return str(candidate.resolve()), None
     where = "" if raw.is_absolute() else f" (looked beside the spec in {spec_dir} and in the current directory)"
@@ -498,10 +455,24 @@ def load_spec(
 # The embedded engine's metric names (MindSpeed-RL's); another backend may log more, so an unknown
 # name is a warning with a did-you-mean, not an error.
 KNOWN_METRICS = (
-    "grpo/score/mean", "grpo/score/max", "grpo/score/min", "actor/pg_loss", "actor/pg_clipfrac",
-    "actor/kl_loss", "actor/entropy", "actor/grad_norm", "actor/lr", "actor/kl_coef",
-    "response_length/mean", "response_length/max", "response_length/min", "prompt_length/mean",
-    "timing/all", "timing/rollout", "timing/update", "e2e_tps",
+    "grpo/score/mean",
+    "grpo/score/max",
+    "grpo/score/min",
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/kl_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "actor/lr",
+    "actor/kl_coef",
+    "response_length/mean",
+    "response_length/max",
+    "response_length/min",
+    "prompt_length/mean",
+    "timing/all",
+    "timing/rollout",
+    "timing/update",
+    "e2e_tps",
 )
 
 
@@ -580,17 +551,28 @@ def make_storage(spec: SweepSpec, **rdb_kwargs: Any):
 
     url = spec.storage_url()
     if url.startswith("journal:"):
-        journal = Path(url[len("journal:"):]).expanduser()
+        journal = Path(url[len("journal:") :]).expanduser()
         journal.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
     if url.startswith("sqlite:///"):
-        db = url[len("sqlite:///"):]
+        db = url[len("sqlite:///") :]
         if db and db != ":memory:":
             Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.RDBStorage(url, **rdb_kwargs)
 
 
 __all__ = [
-    "ClusterSpec", "MindSpeedSpec", "ObjectiveSpec", "PlanSpec", "PrunerSpec", "SamplerSpec", "SearchEntry",
-    "SweepSpec", "TrackingSpec", "config_dir", "load_spec", "looks_like_spec", "make_storage",
+    "ClusterSpec",
+    "MindSpeedSpec",
+    "ObjectiveSpec",
+    "PlanSpec",
+    "PrunerSpec",
+    "SamplerSpec",
+    "SearchEntry",
+    "SweepSpec",
+    "TrackingSpec",
+    "config_dir",
+    "load_spec",
+    "looks_like_spec",
+    "make_storage",
 ]

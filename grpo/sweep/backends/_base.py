@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 class TrialFailed(Exception):

@@ -86,7 +86,7 @@ class MindSpeedSettings:
     source: str = "spec"  # the spec file, for messages
 
     @classmethod
-    def from_spec(cls, spec: Any) -> "MindSpeedSettings":
+    def from_spec(cls, spec: Any) -> MindSpeedSettings:
         """From a SweepSpec (its ``mindspeed`` section), a MindSpeedSpec, a dict of its fields, or None."""
         if spec is None:
             return cls()
@@ -117,7 +117,7 @@ class MindSpeedSettings:
         return json.dumps(data)
 
     @classmethod
-    def from_json(cls, text: str) -> "MindSpeedSettings":
+    def from_json(cls, text: str) -> MindSpeedSettings:
         return cls.from_spec(json.loads(text))
 
     def resolve(self, path: str | os.PathLike) -> Path:
@@ -145,8 +145,12 @@ def original_weights(cfg, settings: MindSpeedSettings) -> tuple[str | None, str]
     if layout in settings.checkpoints:
         return settings.checkpoints[layout], f"mindspeed.checkpoints.{layout}"
     if "pattern" in settings.checkpoints:
-        values = {"tp": actor.tensor_model_parallel_size, "pp": actor.pipeline_model_parallel_size,
-                  "layout": layout, "model": actor.model}
+        values = {
+            "tp": actor.tensor_model_parallel_size,
+            "pp": actor.pipeline_model_parallel_size,
+            "layout": layout,
+            "model": actor.model,
+        }
         try:
             return settings.checkpoints["pattern"].format(**values), "mindspeed.checkpoints.pattern"
         except (KeyError, IndexError, ValueError) as err:
@@ -196,16 +200,22 @@ def checkpoint_problems(cfg, settings: MindSpeedSettings) -> list[str]:
     except ValueError as err:
         return [f"{settings.source}: {err}"]
     if not weights:
-        return [f"{settings.source}: layout {layout}: no Megatron checkpoint named; set "
-                f"mindspeed.checkpoints.{layout}, mindspeed.checkpoints.pattern or actor_config.load"]
+        return [
+            f"{settings.source}: layout {layout}: no Megatron checkpoint named; set "
+            f"mindspeed.checkpoints.{layout}, mindspeed.checkpoints.pattern or actor_config.load"
+        ]
     path = settings.resolve(weights)
     if not path.is_dir():
-        return [f"{settings.source}: layout {layout}: Megatron checkpoint {path} not found ({key}); convert the "
-                f"weights for TP{tp} PP{pp} with MindSpeed-LLM's checkpoint converter"]
+        return [
+            f"{settings.source}: layout {layout}: Megatron checkpoint {path} not found ({key}); convert the "
+            f"weights for TP{tp} PP{pp} with MindSpeed-LLM's checkpoint converter"
+        ]
     split = checkpoint_split(path)
     if split is not None and split != (tp, pp):
-        return [f"{settings.source}: layout {layout}: checkpoint {path} ({key}) was converted for TP{split[0]} "
-                f"PP{split[1]}, the layout needs TP{tp} PP{pp}"]
+        return [
+            f"{settings.source}: layout {layout}: checkpoint {path} ({key}) was converted for TP{split[0]} "
+            f"PP{split[1]}, the layout needs TP{tp} PP{pp}"
+        ]
     return []
 
 
@@ -285,8 +295,12 @@ def render_trial_config(cfg, run_dir: Path, settings: MindSpeedSettings, resume:
     (config_dir / f"{CONFIG_NAME}.yaml").write_text(
         f"# Rendered by grpo-sweep for {run_dir}\n" + yaml.safe_dump(trainer, sort_keys=False)
     )
-    record = {"original_weights": weights_path, "resumed_from": str(resume_from) if resume_from else None,
-              "start_iteration": start, "layout": layout_name(cfg)}
+    record = {
+        "original_weights": weights_path,
+        "resumed_from": str(resume_from) if resume_from else None,
+        "start_iteration": start,
+        "layout": layout_name(cfg),
+    }
     (config_dir / LAUNCH_RECORD).write_text(json.dumps(record, indent=2))
     return LaunchPlan(config_dir, CONFIG_NAME, trainer, save_dir, start, weights_path)
 
@@ -373,7 +387,7 @@ def stop_process_group(proc: subprocess.Popen, grace: float) -> None:
         time.sleep(0.05)
 
 
-def _pump(stream, lines: "queue.Queue[bytes | None]") -> None:
+def _pump(stream, lines: queue.Queue[bytes | None]) -> None:
     for raw in iter(stream.readline, b""):
         lines.put(raw)
     lines.put(None)
@@ -428,8 +442,10 @@ class MindSpeedBackend(TrialBackend):
             problems.append(f"{src}: mindspeed.python: {settings.python}: no such interpreter")
         problems += checkpoint_problems(cfg, settings)
         if settings.ref_model_load_path and not settings.resolve(settings.ref_model_load_path).is_dir():
-            problems.append(f"{src}: mindspeed.ref_model_load_path: {settings.resolve(settings.ref_model_load_path)}: "
-                            f"no such directory")
+            problems.append(
+                f"{src}: mindspeed.ref_model_load_path: {settings.resolve(settings.ref_model_load_path)}: "
+                f"no such directory"
+            )
         return problems
 
     def run(self, cfg, trial_dir: Path, report: ReportFn, resume: bool) -> dict:
@@ -448,11 +464,19 @@ class MindSpeedBackend(TrialBackend):
             log.flush()
             return self._supervise(cmd, settings, plan, report, log, metrics_out)
 
-    def _supervise(self, cmd, settings: MindSpeedSettings, plan: LaunchPlan, report: ReportFn, log,
-                   metrics_out) -> dict:
+    def _supervise(
+        self, cmd, settings: MindSpeedSettings, plan: LaunchPlan, report: ReportFn, log, metrics_out
+    ) -> dict:
         """Stream the subprocess's output until it exits, is pruned, or stalls (see the module docstring)."""
-        proc = subprocess.Popen(cmd, cwd=settings.path, env=launch_env(settings), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=settings.path,
+            env=launch_env(settings),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         lines: queue.Queue[bytes | None] = queue.Queue()
         reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
         reader.start()
@@ -471,8 +495,11 @@ class MindSpeedBackend(TrialBackend):
                         continue
                     if silent > settings.stall_timeout:
                         stop_process_group(proc, settings.kill_grace)
-                        raise TrialFailed(f"stalled: no output for {silent:.0f} s (mindspeed.stall_timeout "
-                                          f"{settings.stall_timeout:g} s)", list(tail)[-REPORTED_LINES:]) from None
+                        raise TrialFailed(
+                            f"stalled: no output for {silent:.0f} s (mindspeed.stall_timeout "
+                            f"{settings.stall_timeout:g} s)",
+                            list(tail)[-REPORTED_LINES:],
+                        ) from None
                     continue
                 if raw is None:
                     break
@@ -487,8 +514,11 @@ class MindSpeedBackend(TrialBackend):
                 diverged = [k for k in DIVERGENCE_KEYS if k in parsed.metrics and not math.isfinite(parsed.metrics[k])]
                 if diverged:
                     stop_process_group(proc, settings.kill_grace)
-                    raise TrialFailed(f"training diverged: {diverged[0]} is {parsed.metrics[diverged[0]]} at "
-                                      f"iteration {parsed.iteration}", list(tail)[-REPORTED_LINES:])
+                    raise TrialFailed(
+                        f"training diverged: {diverged[0]} is {parsed.metrics[diverged[0]]} at "
+                        f"iteration {parsed.iteration}",
+                        list(tail)[-REPORTED_LINES:],
+                    )
                 last_iteration, last_metrics = parsed.iteration, finite(parsed.metrics)
                 metrics_out.write(json.dumps({"iteration": last_iteration, **last_metrics}) + "\n")
                 metrics_out.flush()
@@ -504,9 +534,14 @@ class MindSpeedBackend(TrialBackend):
             reader.join(timeout=5)
             if proc.stdout:
                 proc.stdout.close()
-        summary = {"iterations": last_iteration, "stopped_early": stopped, "returncode": returncode,
-                   "metrics": last_metrics, "checkpoint": str(plan.save_dir),
-                   "resumed_from": plan.start_iteration or None}
+        summary = {
+            "iterations": last_iteration,
+            "stopped_early": stopped,
+            "returncode": returncode,
+            "metrics": last_metrics,
+            "checkpoint": str(plan.save_dir),
+            "resumed_from": plan.start_iteration or None,
+        }
         if stopped:
             return summary
         reason = classify_failure(tail, returncode)
@@ -514,8 +549,9 @@ class MindSpeedBackend(TrialBackend):
             raise TrialFailed(reason, list(tail)[-REPORTED_LINES:])
         train_iters = int(plan.trainer["megatron_training"]["train_iters"])
         if last_iteration == plan.start_iteration and plan.start_iteration < train_iters:
-            raise TrialFailed("MindSpeed-RL exited without printing any iteration line (see train.log)",
-                              list(tail)[-REPORTED_LINES:])
+            raise TrialFailed(
+                "MindSpeed-RL exited without printing any iteration line (see train.log)", list(tail)[-REPORTED_LINES:]
+            )
         return summary
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 import re
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 # ANSI colour / cursor sequences (Ray colours its "(name pid=N)" prefixes on a terminal).
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -121,22 +121,34 @@ FAILURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("host out of memory", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"),
         # torch_npu: "RuntimeError: NPU out of memory. Tried to allocate ..."; CANN: "EL0004 ... Failed to
         # allocate memory"; torch's generic "... out of memory" and OutOfMemoryError.
-        ("NPU out of memory", r"NPU out of memory|\bEL0004\b|Failed to allocate memory|\bout of memory\b|"
-                              r"OutOfMemoryError"),
+        (
+            "NPU out of memory",
+            r"NPU out of memory|\bEL0004\b|Failed to allocate memory|\bout of memory\b|"
+            r"OutOfMemoryError",
+        ),
         # vLLM refusing a KV cache that cannot hold one max_model_len sequence.
-        ("KV cache does not fit", r"No available memory for the cache blocks|"
-                                  r"maximum number of tokens that can be stored in KV cache"),
+        (
+            "KV cache does not fit",
+            r"No available memory for the cache blocks|"
+            r"maximum number of tokens that can be stored in KV cache",
+        ),
         # CANN/HCCL: EI0002 notify wait timeout (HCCL_EXEC_TIMEOUT), EI0006 socket timeout
         # (HCCL_CONNECT_TIMEOUT), "hccl fftsplus task timeout", torch's collective watchdog timeout.
         # Word boundaries keep env-var names such as HCCL_EXEC_TIMEOUT (printed at start-up) out.
-        ("HCCL timeout", r"\bEI000[26]\b|Getting socket times out|Notify register times out|"
-                         r"\bhccl\w*\b.*\b(?:timeout|timed out|times out|time out)\b|collective operation timeout"),
+        (
+            "HCCL timeout",
+            r"\bEI000[26]\b|Getting socket times out|Notify register times out|"
+            r"\bhccl\w*\b.*\b(?:timeout|timed out|times out|time out)\b|collective operation timeout",
+        ),
         # torch_npu distributed errors: "ERR02200 DIST call hccl api failed", watchdog crashes.
         ("HCCL error", r"\bERR02\d{3}\b|DIST call hccl api failed|HCCL (?:error|function error)|HCCL watchdog"),
         ("Ray actor died", r"RayActorError|ActorDiedError|ActorUnavailableError|\bactor died\b"),
         ("Ray node died", r"NodeDiedError|node .* (?:has been )?marked (?:as )?dead|raylet died"),
-        ("cannot reach the Ray cluster", r"Could not find any running Ray instance|Failed to connect to GCS|"
-                                         r"Unable to connect to GCS"),
+        (
+            "cannot reach the Ray cluster",
+            r"Could not find any running Ray instance|Failed to connect to GCS|"
+            r"Unable to connect to GCS",
+        ),
         # (Not Hydra's "Error executing job with overrides": it precedes every error of a Hydra app.)
         ("config error", r"omegaconf\.errors|hydra\.errors|MissingConfigException|ConfigCompositionException"),
     )

@@ -43,6 +43,13 @@ def get_reducer(name: str, k: int | None = None) -> CurveReducer:
 
 
 __all__ = [
-    "AUCReducer", "CurveReducer", "DEFAULT_K", "LastReducer", "MaxReducer", "MeanLastKReducer",
-    "MinReducer", "REDUCERS", "get_reducer",
+    "DEFAULT_K",
+    "REDUCERS",
+    "AUCReducer",
+    "CurveReducer",
+    "LastReducer",
+    "MaxReducer",
+    "MeanLastKReducer",
+    "MinReducer",
+    "get_reducer",
 ]

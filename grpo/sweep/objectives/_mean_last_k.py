@@ -31,7 +31,7 @@ class MeanLastKReducer(CurveReducer):
         self.k = int(k)
 
     def reduce(self, values: Sequence[float]) -> float:
-        tail = _checked(values)[-self.k:]
+        tail = _checked(values)[-self.k :]
         return sum(tail) / len(tail)
 
     def __repr__(self) -> str:
