@@ -30,21 +30,23 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from grpo._fs import read_jsonl  # noqa: E402
 from grpo.config import load_config  # noqa: E402
 from grpo.engine import rewards  # noqa: E402
 from grpo.engine.data import get_task  # noqa: E402
 from grpo.engine.hf_checkpoint import save_weights  # noqa: E402
-from grpo.engine.metrics import read_metrics  # noqa: E402
 from grpo.engine.model import ModelArgs  # noqa: E402
 from grpo.engine.tokenizer import build_task_tokenizer  # noqa: E402
 from grpo.engine.trainer import train  # noqa: E402
 from grpo.engine.warm_start import default_cache_dir, warm_started_policy  # noqa: E402
 
+CONFIG = "grpo_trainer_tiny_cpu"
 
-def run_engine(cfg, iters: int, work: Path) -> dict:
+
+def run_engine(overrides: list[str], iters: int, work: Path) -> dict:
     summary_dir = work / "engine"
-    train(cfg.with_overrides([f"megatron_training.train_iters={iters + 1}"]), summary_dir)
-    rows = read_metrics(summary_dir / "metrics.jsonl")[1:]  # drop the warm-up iteration
+    train(load_config(CONFIG, [*overrides, f"megatron_training.train_iters={iters + 1}"]), summary_dir)
+    rows = read_jsonl(summary_dir / "metrics.jsonl")[1:]  # drop the warm-up iteration
     total = sum(r["timing/all"] for r in rows)
     return {
         "tokens": sum(r["generated_tokens"] for r in rows),
@@ -142,14 +144,15 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="config overrides, e.g. megatron_training.global_batch_size=16")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    cfg = load_config("grpo_trainer_tiny_cpu", [f"engine.num_threads={a.threads}", *a.overrides])
+    overrides = [f"engine.num_threads={a.threads}", *a.overrides]
+    cfg = load_config(CONFIG, overrides)
     mt, rl = cfg.megatron_training, cfg.rl_config
     print(f"config: {mt.global_batch_size} prompts x {rl.n_samples_per_prompt} samples, max "
           f"{cfg.generate_config.sampling_config.max_tokens} tokens, mini batch {rl.mini_batch_size} prompts, "
           f"{rl.epochs} epoch(s), micro batch {cfg.actor_config.micro_batch_size}, {a.threads} thread(s)")
     work = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
     try:
-        results = {"engine": run_engine(cfg, a.iters, work)}
+        results = {"engine": run_engine(overrides, a.iters, work)}
         if not a.skip_trl:
             results["trl"] = run_trl(cfg, a.iters, work)
     finally:

@@ -15,7 +15,8 @@ html.py): one plotly.js bundle inlined once; the trials read once into a snapsho
 shares; Optuna's slice plot from at most 1,000 completed trials, its parallel coordinates from 300 (one
 SVG line per trial) and its contour (whose figure grows with the square of the trials) from 300;
 PED-ANOVA importances instead of fANOVA beyond 100 trials; learning curves of at most 100 trials, each
-thinned to 150 points; the report's own figures as plain plotly JSON; detail sections only for the
+thinned to 150 points; the report's own figures as plain plotly JSON (layout from make_subplots);
+the trials table by pandas' Styler without style ids and indentation; detail sections only for the
 best 50, the last 50 failures and the running trials; the garbage collector kept off the study's
 objects while the report is built (gc.freeze).
 """
@@ -80,6 +81,7 @@ def build(storage, study_dir: Path, n_trials: int, metrics_dirs: int, seed: int 
                        "sampler": "tpe", "pruner": "median", "study_dir": str(study_dir), "backend": "embedded"}.items():
         study.set_user_attr(key, value)
     base = base_config()
+    study.set_user_attr("base_config", base)  # as the sweep records it when it creates a study
     with_dirs = set(rng.sample(range(n_trials), min(metrics_dirs, n_trials)))
     start = dt.datetime(2025, 1, 1)
     trials = []

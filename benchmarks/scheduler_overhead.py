@@ -37,7 +37,7 @@ def noop_overhead(folder: Path, trials: int) -> float:
     import ray
 
     from grpo.sweep.driver import run_study
-    from grpo.sweep.spec import load_spec
+    from grpo.sweep.load import load_spec
 
     spec = load_spec(str(_spec(folder, "noop", base="grpo_trainer_tiny_cpu", trials=trials, concurrency=2,
                                search={"rl_config.clip_ratio": "interval(0.1, 0.3)"},
@@ -46,7 +46,7 @@ def noop_overhead(folder: Path, trials: int) -> float:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}})
     t1 = time.perf_counter()
-    study = run_study(spec)
+    study = run_study(spec).study
     t2 = time.perf_counter()
     ray.shutdown()
     done = sorted((t for t in study.trials if t.state.name == "COMPLETE"), key=lambda t: t.datetime_complete)
@@ -89,7 +89,7 @@ def npu_packing(folder: Path, trials: int) -> None:
     import ray
 
     from grpo.sweep.driver import run_study
-    from grpo.sweep.spec import load_spec
+    from grpo.sweep.load import load_spec
 
     spec = load_spec(str(_spec(folder, "packing", base="grpo_trainer_qwen25_7b_A3", trials=trials, concurrency=16,
                                search={"rl_config.actor_resource.num_npus": "choice(4, 8, 16)"},
@@ -98,7 +98,7 @@ def npu_packing(folder: Path, trials: int) -> None:
     ray.init(address="local", num_cpus=2, resources={"NPU": 64}, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}})
     t0 = time.perf_counter()
-    study = run_study(spec)
+    study = run_study(spec).study
     wall = time.perf_counter() - t0
     ray.shutdown()
     done = [t for t in study.trials if t.state.name == "COMPLETE"]

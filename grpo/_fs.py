@@ -102,19 +102,17 @@ def tail_lines(path: str | os.PathLike[str], n: int = 20) -> list[str]:
 
 def pid_alive(pid: int) -> bool:
     """True while process ``pid`` exists (on this host); a process we may not signal counts as alive."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return _answers_signal_zero(os.kill, pid)
 
 
 def group_alive(pgid: int) -> bool:
     """True while any process of process group ``pgid`` exists."""
+    return _answers_signal_zero(os.killpg, pgid)
+
+
+def _answers_signal_zero(send: Callable[[int, int], None], target: int) -> bool:
     try:
-        os.killpg(pgid, 0)
+        send(target, 0)  # signal 0: delivery is checked, nothing is sent
     except ProcessLookupError:
         return False
     except PermissionError:

@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "validate":
-        from grpo.sweep.spec import looks_like_spec
+        from grpo.sweep.load import looks_like_spec
 
         if looks_like_spec(args.target):
             from grpo.sweep.commands import validate_spec

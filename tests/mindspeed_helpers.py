@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from grpo.config import load_config
-from grpo.sweep.backends.mindspeed import MindSpeedSettings
+from grpo.sweep.spec import MindSpeedSpec
 
 STANDIN = Path(__file__).parent / "standin_mindspeed"
 BASE = "grpo_trainer_qwen25_7b_A3"
@@ -33,13 +33,13 @@ def make_weights(root: Path) -> Path:
     return root
 
 
-def settings_for(weights: Path, env: dict | None = None, **kw) -> MindSpeedSettings:
+def settings_for(weights: Path, env: dict | None = None, **kw) -> MindSpeedSpec:
     """Settings that run the stand-in; ``env`` adds to a default that keeps it out of Ray (a Ray left
     initialised by another test must not make it wait for NPUs); ``GRPO_STANDIN_RAY=1`` lets it join."""
     defaults = dict(path=STANDIN.resolve(), checkpoints={"pattern": str(weights / "qwen7b-tp{tp}-pp{pp}")},
                     stall_timeout=30.0, kill_grace=2.0)
     defaults.update(kw)
-    return MindSpeedSettings(env={"GRPO_STANDIN_ITER_S": "0.01", "GRPO_STANDIN_RAY": "0", **(env or {})}, **defaults)
+    return MindSpeedSpec(env={"GRPO_STANDIN_ITER_S": "0.01", "GRPO_STANDIN_RAY": "0", **(env or {})}, **defaults)
 
 
 @functools.lru_cache(maxsize=64)

@@ -15,6 +15,9 @@ metric names), ``config.yaml`` and ``train.log``. The trials:
 
 ``payload`` (e.g. ``<script>alert(1)</script>``) goes into the study name, a categorical parameter
 value, the failure reason and a log line.
+
+The study records ``base_config`` (the composed base config the report diffs trial configs against), as
+the sweep does; ``base_config=False`` leaves it out, like a study made by an older grpo-sweep.
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ def _curves(kind: str, n: int) -> list[dict]:
 
 
 def make_study(tmp_path: Path, name: str = "report_study", *, payload: str | None = None, multi: bool = False,
-               running: bool = False, base: str = BASE) -> optuna.Study:
+               running: bool = False, base: str = BASE, base_config: bool = True) -> optuna.Study:
     """The study described in the module docstring, in ``tmp_path/studies/<name>/journal.log``."""
     study_name = f"{name} {payload}" if payload else name
     study_dir = tmp_path / "studies" / name
@@ -106,8 +109,14 @@ def make_study(tmp_path: Path, name: str = "report_study", *, payload: str | Non
         "pruner": {"name": "median", "warmup_steps": 2, "options": {}},
         "seeds": 1, "backend": "embedded",
     }
+    try:
+        base_dict = base_config_dict(base)
+    except Exception:  # a base the config system cannot compose: the trial configs start from the default
+        base_dict, base_config = base_config_dict(BASE), False
     attrs = {"spec": spec, "spec_path": f"sweeps/{name}.yaml", "base": base, "objectives": goals,
              "sampler": "tpe", "pruner": "median", "study_dir": str(study_dir), "backend": "embedded"}
+    if base_config:
+        attrs["base_config"] = base_dict
     for key, value in attrs.items():
         study.set_user_attr(key, value)
 
@@ -116,10 +125,6 @@ def make_study(tmp_path: Path, name: str = "report_study", *, payload: str | Non
             ("fail", TrialState.FAIL), ("format", TrialState.COMPLETE), ("best", TrialState.COMPLETE)]
     if running:
         plan.append(("running", TrialState.RUNNING))
-    try:
-        base_dict = base_config_dict(base)
-    except Exception:  # a base the config system cannot compose: the report must diff against trial 0
-        base_dict = base_config_dict(BASE)
     for k, (kind, state) in enumerate(plan):
         # Fixed parameters (enqueued, so the suggest calls return them): the tests know every value.
         study.enqueue_trial({

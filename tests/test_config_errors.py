@@ -90,7 +90,7 @@ def test_range_and_type_errors_one_line_each():
 ])
 def test_enumerations(tiny, override, message):
     with pytest.raises(UserError) as info:
-        tiny.with_overrides([override])
+        load_config("grpo_trainer_tiny_cpu", [override])
     assert info.value.problems == [f"{tiny._source}: {message}"]
 
 
@@ -130,7 +130,7 @@ def test_unknown_layout_lists_available():
         f"{TINY}: layout: unknown layout 'tp3_pp1' "
         "(available: tp1_pp1_cpu, tp2_pp2, tp4_pp1, tp4_pp2, tp8_pp1)"]
     with pytest.raises(UserError, match=r"layout: unknown layout 'tp3_pp1'"):
-        load_config("grpo_trainer_tiny_cpu").with_overrides(["layout=tp3_pp1"])
+        load_config("grpo_trainer_tiny_cpu", ["layout=tp3_pp1"])
 
 
 def test_bad_override_syntax():

@@ -81,13 +81,14 @@ def test_file_outside_config_dir_still_sees_model_and_layout_groups(tmp_path):
     assert cfg.model_arch.num_layers == 28 and cfg.layout == "tp2_pp2"
 
 
-def test_with_overrides_switches_model_group_like_load_config():
+def test_model_group_override_switches_the_model():
     overrides = ["model=[qwen25_32b]", "megatron_training.model=qwen25_32b", "actor_config.model=qwen25_32b",
                  "layout=tp8_pp1"]
-    base = load_config("grpo_trainer_qwen25_7b_A3")
-    assert base.with_overrides(overrides).to_dict() == load_config("grpo_trainer_qwen25_7b_A3", overrides).to_dict()
+    switched = load_config("grpo_trainer_qwen25_7b_A3", overrides)
+    assert list(switched.model) == ["qwen25_32b"] and switched.layout == "tp8_pp1"
+    assert switched.to_dict() == load_config("grpo_trainer_qwen25_7b_A3", overrides).to_dict()  # cached = fresh
     with pytest.raises(UserError, match=r"model: unknown model 'qwen9' \(available: qwen25_32b, qwen25_7b, tiny_qwen\)"):
-        base.with_overrides(["model=[qwen9]"])
+        load_config("grpo_trainer_qwen25_7b_A3", ["model=[qwen9]"])
 
 
 def test_the_files_own_model_folder_wins_over_the_config_dir(tmp_path):
@@ -132,7 +133,8 @@ def test_override_of_key_absent_from_yaml_is_set():
 def test_shuffle_minibatch_alias_sets_the_same_key():
     cfg = load_config("grpo_trainer_tiny_cpu", ["rl_config.shuffle_minibatch=true"])
     assert cfg.rl_config.shuffle_mini_batch is True
-    assert cfg.with_overrides(["rl_config.shuffle_minibatch=false"]).rl_config.shuffle_mini_batch is False
+    again = load_config("grpo_trainer_tiny_cpu", ["rl_config.shuffle_minibatch=true", "rl_config.shuffle_minibatch=false"])
+    assert again.rl_config.shuffle_mini_batch is False
 
 
 def test_mindspeed_example_spelling_shuffle_minibatch_in_yaml(tmp_path):
@@ -143,21 +145,24 @@ def test_mindspeed_example_spelling_shuffle_minibatch_in_yaml(tmp_path):
     assert "shuffle_mini_batch: true" in render_mindspeed(cfg) and "shuffle_minibatch" not in render_mindspeed(cfg)
 
 
-def test_with_overrides_revalidates_and_keeps_original(tiny):
-    new = tiny.with_overrides(["rl_config.clip_ratio=0.3", "generate_config.sampling_config.temperature=0.7",
-                               "layout=tp2_pp2"])
+def test_overrides_revalidate_and_leave_the_base_alone(tiny):
+    new = load_config("grpo_trainer_tiny_cpu", ["rl_config.clip_ratio=0.3",
+                                                "generate_config.sampling_config.temperature=0.7", "layout=tp2_pp2"])
     assert new.rl_config.clip_ratio == 0.3 and new.generate_config.sampling_config.temperature == 0.7
     assert new.layout == "tp2_pp2" and new.actor_config.tensor_model_parallel_size == 2
     assert tiny.rl_config.clip_ratio == 0.2 and tiny.layout == "tp1_pp1_cpu"
     with pytest.raises(UserError, match=r"rl_config\.clip_ratio: must be <= 1 \(got 1\.5\)"):
-        tiny.with_overrides(["rl_config.clip_ratio=1.5"])
+        load_config("grpo_trainer_tiny_cpu", ["rl_config.clip_ratio=1.5"])
     with pytest.raises(UserError, match=r"did you mean rl_config\.clip_ratio\?"):
-        tiny.with_overrides(["rl_config.clip_rato=0.3"])
+        load_config("grpo_trainer_tiny_cpu", ["rl_config.clip_rato=0.3"])
 
 
-def test_with_overrides_matches_load_config(tiny):
+def test_repeated_composition_matches_a_fresh_one(tiny):
+    """The cached composition (see compose.py) gives what a first, uncached composition gives."""
     overrides = ["layout=tp2_pp2", "rl_config.init_kl_coef=0.05", "actor_config.lr=1e-4"]
-    assert tiny.with_overrides(overrides).to_dict() == load_config("grpo_trainer_tiny_cpu", overrides).to_dict()
+    first = load_config("grpo_trainer_tiny_cpu", overrides).to_dict()
+    assert load_config("grpo_trainer_tiny_cpu", overrides).to_dict() == first
+    assert load_config("grpo_trainer_tiny_cpu").to_dict() == tiny.to_dict()
 
 
 def test_to_dict_round_trips(qwen7b, tiny):
@@ -193,3 +198,24 @@ def test_composing_inside_a_running_hydra_app_leaves_it_alone():
         assert GlobalHydra.instance().is_initialized()
         # the app's own config dir (here: the layout folder) still composes
         assert compose(config_name="tp2_pp2").actor_config.tensor_model_parallel_size == 2
+
+
+def test_repeated_composition_sees_edited_files(tmp_path):
+    """Compositions are reused only while every file they read is unchanged."""
+    shutil.copytree(CONFIGS, tmp_path / "cfgs")
+    layout = tmp_path / "cfgs" / "layout" / "tp1_pp1_cpu.yaml"
+    assert load_config("grpo_trainer_tiny_cpu", ["rl_config.clip_ratio=0.3"],
+                       config_dir=tmp_path / "cfgs").actor_config.micro_batch_size == 64
+    layout.write_text(layout.read_text().replace("micro_batch_size: 64", "micro_batch_size: 32"))
+    cfg = load_config("grpo_trainer_tiny_cpu", ["rl_config.clip_ratio=0.3"], config_dir=tmp_path / "cfgs")
+    assert cfg.actor_config.micro_batch_size == 32 and cfg.rl_config.clip_ratio == 0.3
+    (tmp_path / "cfgs" / "model" / "tiny_qwen.yaml").write_text("tiny_qwen: [\n")
+    with pytest.raises(UserError, match=r"tiny_qwen\.yaml:\d+: YAML syntax error"):
+        load_config("grpo_trainer_tiny_cpu", ["rl_config.clip_ratio=0.3"], config_dir=tmp_path / "cfgs")
+
+
+def test_overrides_only_hydra_can_apply_still_work():
+    """``~key`` and ``+key=v`` go through Hydra's own composition (uncached) with Hydra's meaning."""
+    cfg = load_config("grpo_trainer_tiny_cpu", ["~rl_config.clip_ratio", "+rl_config.wandb_save_dir=/tmp/w"])
+    assert cfg.rl_config.clip_ratio == 0.2  # removed from the YAML: the schema default applies
+    assert cfg.rl_config.wandb_save_dir == "/tmp/w"

@@ -92,9 +92,17 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
 }
 
 
+BASE_NAMES = {"tiny": "grpo_trainer_tiny_cpu", "7b": "grpo_trainer_qwen25_7b_A3"}
+
+
 @pytest.fixture(scope="module")
 def bases():
-    return {"tiny": load_config("grpo_trainer_tiny_cpu"), "7b": load_config("grpo_trainer_qwen25_7b_A3")}
+    return {base: load_config(name) for base, name in BASE_NAMES.items()}
+
+
+def compose(base, overrides):
+    """A base config with overrides, composed as the sweep composes every trial."""
+    return load_config(BASE_NAMES[base], overrides)
 
 
 def test_every_rule_has_a_case():
@@ -104,14 +112,14 @@ def test_every_rule_has_a_case():
 def test_shipped_configs_and_layouts_are_feasible(bases):
     assert check_rules(bases["tiny"]) == [] and check_rules(bases["7b"]) == []
     for layout in ("tp4_pp1", "tp2_pp2", "tp4_pp2"):
-        assert check_rules(bases["7b"].with_overrides([f"layout={layout}"])) == []
+        assert check_rules(compose("7b", [f"layout={layout}"])) == []
 
 
 @pytest.mark.parametrize("rule, base, overrides, message",
                          [(rule, *case) for rule, cases in CASES.items() for case in cases])
 def test_rule_broken_alone(bases, rule, base, overrides, message):
     with pytest.raises(UserError) as info:
-        bases[base].with_overrides(overrides)
+        compose(base, overrides)
     source = bases[base]._source
     assert info.value.problems == [f"{source}: {message}"]
 
@@ -141,7 +149,7 @@ def test_load_config_reports_every_broken_rule_at_once():
 ])
 def test_single_field_rules(bases, override, message):
     with pytest.raises(UserError) as info:
-        bases["tiny"].with_overrides([override])
+        compose("tiny", [override])
     assert info.value.problems == [f"{bases['tiny']._source}: {message}"]
 
 
@@ -153,7 +161,7 @@ def test_derived_values_follow_mindspeed_batch_arithmetic(bases):
     assert tiny.optimizer_steps_per_iteration == 4  # 32 prompts / 16 per step, 2 epochs
     assert tiny.micro_batches_per_step == 2  # 128 responses / DP 1 / micro batch 64
     assert tiny.tokens_per_iteration_max == 256 * (32 + 24)
-    big = derive(bases["7b"].with_overrides(["layout=tp2_pp2", "rl_config.epochs=2", "rl_config.mini_batch_size=8"]))
+    big = derive(compose("7b", ["layout=tp2_pp2", "rl_config.epochs=2", "rl_config.mini_batch_size=8"]))
     assert (big.train_tp, big.train_pp, big.train_dp, big.infer_tp, big.generation_dp) == (2, 2, 4, 2, 8)
     assert big.optimizer_steps_per_iteration == 2 * 32 // 8
     assert big.micro_batches_per_step == 8 * 8 // 4 // 1

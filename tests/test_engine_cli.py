@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from grpo.engine.cli import jobs_of
-from grpo.engine.metrics import read_metrics
+from grpo._fs import read_jsonl as read_metrics
 
 FAST = ["megatron_training.train_iters=2", "engine.warm_start_steps=30", "megatron_training.global_batch_size=4",
         "rl_config.mini_batch_size=2", "actor_config.micro_batch_size=8"]

@@ -15,7 +15,8 @@ import torch
 from grpo.config import load_config
 from grpo.engine import TrainingDiverged, train
 from grpo.engine import checkpoint as ckpt
-from grpo.engine.metrics import read_metrics
+from grpo._fs import CHECKPOINT_TRACKER
+from grpo._fs import read_jsonl as read_metrics
 from grpo.errors import UserError
 
 REQUIRED = ["grpo/score/mean", "grpo/score/max", "grpo/score/min", "acc_rewards/mean", "strict_format_rewards/mean",
@@ -71,7 +72,7 @@ def test_resume_after_an_interruption_equals_the_uninterrupted_run(cache_dir, tm
     stopped = train(load_config("grpo_trainer_tiny_cpu", overrides), tmp_path / "run",
                     callback=lambda it, m: it == 3)  # stop after line 3; the last checkpoint is iteration 2
     assert stopped["stopped_early"] and stopped["iterations"] == 3
-    assert (tmp_path / "ckpt" / ckpt.LATEST).read_text() == "2"
+    assert (tmp_path / "ckpt" / CHECKPOINT_TRACKER).read_text() == "2"
     resumed = load_config("grpo_trainer_tiny_cpu", overrides + [f"actor_config.load={tmp_path / 'ckpt'}",
                                                                 "actor_config.finetune=false"])
     summary = train(resumed, tmp_path / "run")
@@ -113,7 +114,7 @@ def test_resume_after_sigkill_equals_the_uninterrupted_run(cache_dir, tmp_path, 
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert comparable(rows) == comparable(expected)
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
-        "iter_0000002", "iter_0000004", ckpt.LATEST]
+        "iter_0000002", "iter_0000004", CHECKPOINT_TRACKER]
 
 
 def test_checkpoint_is_a_loadable_hf_folder_and_honours_no_save_flags(cache_dir, tmp_path):
@@ -151,8 +152,8 @@ def test_a_failed_save_leaves_nothing_half_written(cache_dir, tmp_path, monkeypa
     monkeypatch.setattr(torch, "save", failing_save)
     with pytest.raises(OSError, match="disk full"):
         train(cfg, tmp_path / "run")
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["iter_0000001", ckpt.LATEST]
-    assert (tmp_path / "ckpt" / ckpt.LATEST).read_text() == "1"
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["iter_0000001", CHECKPOINT_TRACKER]
+    assert (tmp_path / "ckpt" / CHECKPOINT_TRACKER).read_text() == "1"
 
 
 def test_nan_loss_raises_training_diverged(cache_dir, tmp_path):

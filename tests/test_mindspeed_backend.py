@@ -12,15 +12,11 @@ import time
 import pytest
 import yaml
 
-from grpo.sweep.backends import TrialFailed, get_backend
-from grpo.sweep.backends.mindspeed import (
-    ADDRESS_ENV,
-    SETTINGS_ENV,
-    MindSpeedBackend,
-    MindSpeedSettings,
-    launch_env,
-    render_trial_config,
-)
+import pickle
+
+from grpo.sweep.backends import TrialFailed, backend_class, load_backend
+from grpo.sweep.backends.mindspeed import MindSpeedBackend, launch_env, render_trial_config
+from grpo.sweep.spec import MindSpeedSpec, SweepSpec
 from mindspeed_helpers import KEYS, STANDIN, Recorder, config, gone, make_weights, settings_for, standin_pid
 
 
@@ -128,11 +124,11 @@ def test_resume_with_no_checkpoint_anywhere_starts_afresh(tmp_path, weights):
 
 # ----------------------------------------------------------------------------------------- checks
 def test_check_accepts_a_layout_with_its_converted_checkpoint(weights):
-    assert MindSpeedBackend().check(config(), {"mindspeed": settings_for(weights).__dict__}) == []
+    assert MindSpeedBackend(settings_for(weights)).check(config()) == []
 
 
 def test_check_names_the_layout_and_the_missing_checkpoint(weights):
-    problems = MindSpeedBackend(settings_for(weights)).check(config(layout="tp4_pp2"), None)
+    problems = MindSpeedBackend(settings_for(weights)).check(config(layout="tp4_pp2"))
     assert len(problems) == 1
     assert "layout tp4_pp2" in problems[0] and str(weights / "qwen7b-tp4-pp2") in problems[0]
     assert "mindspeed.checkpoints.pattern" in problems[0] and "TP4 PP2" in problems[0]
@@ -140,38 +136,37 @@ def test_check_names_the_layout_and_the_missing_checkpoint(weights):
 
 def test_check_refuses_a_checkpoint_converted_for_another_split(weights):
     settings = settings_for(weights, checkpoints={"tp2_pp2": str(weights / "qwen7b-tp4-pp1")})
-    (problem,) = MindSpeedBackend(settings).check(config(), None)
+    (problem,) = MindSpeedBackend(settings).check(config())
     assert "converted for TP4 PP1" in problem and "needs TP2 PP2" in problem and "checkpoints.tp2_pp2" in problem
 
 
 def test_check_reports_checkout_entry_python_and_pattern_problems(tmp_path, weights):
-    assert "mindspeed.path: not set" in MindSpeedBackend(MindSpeedSettings()).check(config(), None)[0]
-    missing = MindSpeedBackend(settings_for(weights, path=tmp_path / "nope")).check(config(), None)
+    assert "mindspeed.path: not set" in MindSpeedBackend(MindSpeedSpec()).check(config())[0]
+    missing = MindSpeedBackend(settings_for(weights, path=tmp_path / "nope")).check(config())
     assert "no such directory" in missing[0] and str(tmp_path / "nope") in missing[0]
     odd = settings_for(weights, entry="cli/train_ppo.py", python="/no/python", checkpoints={"pattern": "/x/{size}"})
-    problems = MindSpeedBackend(odd).check(config(), None)
+    problems = MindSpeedBackend(odd).check(config())
     assert any("mindspeed.entry: cli/train_ppo.py not found" in p for p in problems)
     assert any("mindspeed.python: /no/python" in p for p in problems)
     assert any("mindspeed.checkpoints.pattern: bad placeholder 'size'" in p for p in problems)
 
 
-def test_registry_resources_and_job_env(weights):
-    backend = get_backend("mindspeed")
+def test_registry_resources_and_settings_travel_with_the_backend(weights):
+    backend = backend_class("mindspeed")()
     assert backend.resources(config()) == {"num_cpus": 1, "resources": {"npu_slots": 16.0}}
-    env = MindSpeedBackend.job_env({"mindspeed": {"path": str(STANDIN), "stall_timeout": 5}})
-    back = MindSpeedSettings.from_json(env[SETTINGS_ENV])
-    assert back.path == STANDIN.resolve() and back.stall_timeout == 5.0
+    spec = SweepSpec.model_validate({"study": "s", "base": "grpo_trainer_qwen25_7b_A3", "objective": "grpo/score/mean",
+                                     "backend": "mindspeed", "mindspeed": {"path": str(STANDIN), "stall_timeout": 5}})
+    back = pickle.loads(pickle.dumps(load_backend(spec)))  # what Ray does to the job that carries it
+    assert back.settings.checkout == STANDIN.resolve() and back.settings.stall_timeout == 5.0
 
 
 def test_launch_env_outside_ray(monkeypatch):
-    monkeypatch.setenv(ADDRESS_ENV, "10.0.0.1:6379")
     monkeypatch.setenv("RAY_JOB_ID", "01000000")  # a Ray worker's own flag: never inherited by a new driver
-    env = launch_env(MindSpeedSettings(env={"HCCL_EXEC_TIMEOUT": "3600", "HYDRA_FULL_ERROR": "0"}))
+    env = launch_env(MindSpeedSpec(env={"HCCL_EXEC_TIMEOUT": "3600", "HYDRA_FULL_ERROR": "0"}), "10.0.0.1:6379")
     assert env["RAY_ADDRESS"] == "10.0.0.1:6379" and "RAY_JOB_ID" not in env
     assert env["HCCL_EXEC_TIMEOUT"] == "3600" and env["HYDRA_FULL_ERROR"] == "0"  # the spec's env wins
-    monkeypatch.setenv(ADDRESS_ENV, "local")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    env = launch_env(MindSpeedSettings())
+    env = launch_env(MindSpeedSpec(), "local")
     assert "RAY_ADDRESS" not in env and env["HYDRA_FULL_ERROR"] == "1" and env["PYTHONUNBUFFERED"] == "1"
 
 
@@ -250,10 +245,16 @@ def test_stall_fails_the_trial_and_kills_it_with_standin_mindspeed(tmp_path, wei
 
 def test_a_bad_key_fails_like_mindspeed_with_standin_mindspeed(tmp_path, weights, monkeypatch):
     """The stand-in refuses unknown keys as MindSpeed-RL's config classes do."""
-    import grpo.config
+    from grpo.sweep.backends import mindspeed
 
-    real = grpo.config.render_mindspeed
-    monkeypatch.setattr(grpo.config, "render_mindspeed", lambda cfg: real(cfg).replace("clip_ratio:", "clip_rato:"))
+    real = mindspeed.mindspeed_dict
+
+    def misspelt(cfg):
+        data = real(cfg)
+        data["rl_config"]["clip_rato"] = data["rl_config"].pop("clip_ratio")
+        return data
+
+    monkeypatch.setattr(mindspeed, "mindspeed_dict", misspelt)
     with pytest.raises(TrialFailed) as failed:
         MindSpeedBackend(settings_for(weights)).run(config(iters=2), tmp_path / "run", Recorder(), resume=False)
     assert "ValueError: The key: clip_rato is missing" in failed.value.reason

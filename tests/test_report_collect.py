@@ -9,7 +9,7 @@ import pytest
 from report_fixtures import ITERATIONS, make_study
 
 from grpo.report import Frames, collect
-from grpo.report.collect import METRIC_COLUMNS, read_metrics
+from grpo.report.collect import METRIC_COLUMNS, metrics_frame
 
 N_METRICS = 9  # metrics per line in report_fixtures._curves
 
@@ -79,7 +79,7 @@ def test_per_seed_subfolders_and_duplicate_iterations(tmp_path):
     trial.set_user_attr("trial_dir", str(folder))
     trial.set_user_attr("seeds", [7, 8])
     study.tell(trial, 1.0)
-    frame = read_metrics(study)
+    frame = metrics_frame(study)
     assert frame[["seed", "iteration", "value"]].values.tolist() == [[7, 1, 0.1], [7, 2, 0.3], [8, 1, 1.1], [8, 2, 1.3]]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from report_fixtures import make_study
 
@@ -51,3 +52,42 @@ def test_fixture_study_flags_the_trials_built_to_fail_each_rule(tmp_path):
     length = next(f for f in frames.flags[4] if f.name == "length_pinned")
     assert "max_tokens 24" in length.detail and length.metric == "response_length/mean"
     assert length.value == pytest.approx(23.5)
+
+
+def _random_trial(rng: np.random.Generator) -> tuple[np.ndarray, dict[str, np.ndarray], int | None]:
+    """Curves of 1-12 iterations near every rule's threshold, with missing (NaN) and non-finite points."""
+    n = int(rng.integers(1, 13))
+    its = np.sort(rng.choice(np.arange(1, 40), size=n, replace=False))
+    start = rng.uniform(0.05, 1.5)
+    series = {
+        "entropy": start * np.geomspace(1.0, rng.uniform(0.03, 0.3), n),
+        "kl": rng.uniform(0.005, 0.05) * np.geomspace(1.0, rng.uniform(1.0, 60.0), n) * rng.choice([1, -1]),
+        "format": np.linspace(rng.uniform(0, 0.5), rng.uniform(0, 0.9), n),
+        "acc": np.linspace(0.3, 0.3 + rng.uniform(-0.05, 0.08), n),
+        "length": rng.uniform(10, 26, n),
+    }
+    for values in series.values():
+        values[rng.random(n) < 0.1] = np.nan
+    if rng.random() < 0.05:
+        series["kl"][rng.integers(n)] = rng.choice([np.inf, -np.inf])
+    roles = [r for r in series if rng.random() < 0.85]
+    return its, {r: series[r] for r in roles}, (24 if rng.random() < 0.7 else None)
+
+
+def test_a_study_and_each_trial_alone_get_the_same_flags():
+    """The rules run on all trials at once (``diagnose``): a trial gets exactly the flags its own curves
+    give (``check_curves``), whatever its neighbours look like. 400 random trials near the thresholds."""
+    rng = np.random.default_rng(0)
+    trials = [_random_trial(rng) for _ in range(400)]
+    frames, caps = [], {}
+    for number, (its, series, cap) in enumerate(trials):
+        caps[number] = cap
+        index = pd.MultiIndex.from_arrays([np.full(len(its), number), its], names=["trial", "iteration"])
+        frames.append(pd.DataFrame({NAMES[r]: v for r, v in series.items()}, index=index))
+    wide = pd.concat(frames).sort_index()
+    together = d.evaluate(wide, NAMES, caps)
+    alone = {n: d.check_curves(its, series, NAMES, cap) for n, (its, series, cap) in enumerate(trials)}
+    assert together == {n: fl for n, fl in alone.items() if fl}
+    fired = {f.name for fl in together.values() for f in fl}
+    assert fired == {r.name for r in d.RULES}  # the cases reach every rule
+    assert 20 < len(together) < 380  # ...and not every trial breaks one

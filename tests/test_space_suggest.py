@@ -9,7 +9,7 @@ import pytest
 
 from grpo.sweep.samplers import make_pruner, make_sampler
 from grpo.sweep.space import SearchSpace
-from grpo.sweep.spec import load_spec
+from grpo.sweep.load import load_spec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -9,7 +9,9 @@ import optuna
 import pytest
 
 from grpo.sweep.space import SearchSpace
-from grpo.sweep.spec import SweepSpec, load_spec, looks_like_spec, make_storage
+from grpo.sweep.load import load_spec, looks_like_spec
+from grpo.sweep.spec import SweepSpec
+from grpo.sweep.study_store import fingerprint, make_storage
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = """\
@@ -106,13 +108,13 @@ def test_storage_url_and_make_storage_write_only_when_asked(tmp_path, monkeypatc
 
 
 def test_fingerprint(tmp_path):
-    base = load_spec(write(tmp_path, SPEC)).fingerprint()
+    base = fingerprint(load_spec(write(tmp_path, SPEC)))
     same = [
         SPEC + "trials: 3\nconcurrency: 4\nseeds: 2\nsampler: random\npruner: none\n",
         SPEC.replace("interval(1e-4, 1e-1)", "interval(0.0001,   0.1)"),  # same distribution, other spelling
     ]
     for text in same:
-        assert load_spec(write(tmp_path, text)).fingerprint() == base
+        assert fingerprint(load_spec(write(tmp_path, text))) == base
     changed = [
         SPEC.replace("interval(1e-4, 1e-1)", "interval(1e-4, 1e-2)"),
         SPEC.replace("choice(kl, mse)", "choice(kl, mse, abs)"),
@@ -125,7 +127,7 @@ def test_fingerprint(tmp_path):
             "rl_config.kl_penalty: choice(kl, mse)",
             "rl_config.kl_penalty: {values: 'choice(kl, mse)', when: {rl_config.epochs: 2}}"),
     ]
-    prints = {load_spec(write(tmp_path, text)).fingerprint() for text in changed}
+    prints = {fingerprint(load_spec(write(tmp_path, text))) for text in changed}
     assert base not in prints and len(prints) == len(changed)
 
 

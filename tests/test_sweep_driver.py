@@ -11,8 +11,10 @@ import ray
 from optuna.trial import TrialState
 
 from grpo.errors import UserError
+from grpo.sweep.driver import forked as fork
 from grpo.sweep.driver import run_study
-from grpo.sweep.spec import load_spec
+from grpo.sweep.load import load_spec
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from sweep_helpers import TESTS, load, states, write_spec
 
 
@@ -28,7 +30,7 @@ def local_ray():
 def _run(tmp_path, monkeypatch, **fields):
     monkeypatch.chdir(tmp_path)
     spec = load_spec(str(write_spec(tmp_path, **fields)))
-    return run_study(spec)
+    return run_study(spec).study
 
 
 def test_study_completes_trials_with_curve_objectives_in_storage(tmp_path, monkeypatch):
@@ -66,6 +68,7 @@ def test_median_pruner_stops_a_slow_learner_on_its_curve(tmp_path, monkeypatch):
     assert states(study)["COMPLETE"] >= 3
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # retried_trial_number is experimental
 def test_faults_fail_with_reasons_are_retried_and_the_study_finishes(tmp_path, monkeypatch):
     study = _run(
         tmp_path, monkeypatch, trials=4, retries=1,
@@ -85,6 +88,10 @@ def test_faults_fail_with_reasons_are_retried_and_the_study_finishes(tmp_path, m
     retries = [t for t in complete if "retry_of" in t.user_attrs]
     assert {t.user_attrs["retry_of"] for t in retries} == {t.number for t in failed.values()}
     assert all(t.user_attrs["attempt"] == 2 for t in retries)
+    # Optuna's own retry lineage (what RetryHeartbeatStaleTrialCallback writes and optuna-dashboard reads).
+    for t in retries:
+        assert RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == t.user_attrs["retry_of"]
+        assert RetryHeartbeatStaleTrialCallback.retry_history(t) == [t.user_attrs["retry_of"]]
 
 
 def test_retries_exhausted_gives_up_and_counts(tmp_path, monkeypatch):
@@ -106,6 +113,9 @@ def test_infeasible_points_are_pruned_before_launch_with_the_rule(tmp_path, monk
     assert all("n_samples_per_prompt" in t.user_attrs["pruned_reason"] for t in infeasible)
     assert all(t.params["rl_config.n_samples_per_prompt"] == 1 for t in infeasible)
     assert states(study)["COMPLETE"] == 2  # infeasible points do not use the budget
+    # Optuna 5's per-trial constraint, which TPE/NSGA-II/GP read: > 0 infeasible, 0 feasible.
+    assert all(t.constraints == {"feasible": 1.0} for t in infeasible)
+    assert all(t.constraints == {"feasible": 0.0} for t in study.trials if t.state == TrialState.COMPLETE)
 
 
 def test_a_spec_with_no_feasible_point_is_refused_before_anything_is_written(tmp_path, monkeypatch):
@@ -119,7 +129,7 @@ def test_changed_spec_is_refused_unless_forked(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="--fork"):
         _run(tmp_path, monkeypatch, trials=1, search={"rl_config.clip_ratio": "interval(0.1, 0.4)"})
     spec = load_spec(str(tmp_path / "s.yaml"))
-    forked = run_study(spec, fork="s2")
+    forked = run_study(fork(spec, "s2")).study
     assert forked.study_name == "s2" and states(forked) == {"COMPLETE": 1}
     assert (tmp_path / "studies" / "s2" / "journal.log").exists()
 

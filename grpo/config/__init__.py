@@ -3,11 +3,12 @@
     from grpo.config import load_config, derive, render_mindspeed
     cfg = load_config("grpo_trainer_tiny_cpu", overrides=["rl_config.clip_ratio=0.3", "layout=tp1_pp1_cpu"])
 
+``load_config`` is the one path from a config name (or file) and Hydra overrides to a ``GRPOConfig``;
+``config_from_dict`` validates a dict that is already composed (a Hydra app's own config).
 See docs/contracts.md for the interface and docs/config_reference.md for every key.
 """
 
-from grpo.config.compose import default_config_dir, load_config
-from grpo.config.compose import validate_dict as config_from_dict
+from grpo.config.compose import config_from_dict, default_config_dir, hydra_overrides, load_config, resolve_target
 from grpo.config.derived import Derived, derive
 from grpo.config.keys import known_keys, suggest_key
 from grpo.config.render import render_mindspeed, render_mindspeed_model
@@ -42,9 +43,11 @@ __all__ = [
     "config_from_dict",
     "default_config_dir",
     "derive",
+    "hydra_overrides",
     "known_keys",
     "load_config",
     "render_mindspeed",
     "render_mindspeed_model",
+    "resolve_target",
     "suggest_key",
 ]

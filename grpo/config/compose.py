@@ -8,33 +8,78 @@ sees those groups (the config dir is added to Hydra's search path).
 Overrides use Hydra's grammar. A plain ``a.b=v`` sets the key whether or not the YAML spells it (it
 is sent to Hydra as ``++a.b=v``; the schema then rejects unknown keys with a did-you-mean), and
 ``layout=NAME`` works whether or not the defaults list names a layout (``+layout=NAME`` when absent).
+As in Hydra, config-group overrides are applied first and key overrides after them, so
+``layout=tp2_pp2 actor_config.micro_batch_size=4`` keeps the explicit micro batch size.
 Every failure a user can cause ends as one ``UserError`` whose ``problems`` lists every line.
+
+Speed: a sweep composes one config per trial seed and its preflight up to 64, so repeated calls are
+cheap. Hydra composes the defaults list (primary file + group and Hydra overrides) once; the result is
+kept, unresolved, together with the contents of every file it was composed from, and reused while those
+contents are unchanged. The key overrides (``++a.b=v``) are then applied to a copy with
+``OmegaConf.update(..., merge=True, force_add=True)``, which is what Hydra itself does for them, and
+interpolations are resolved per call. Overrides only Hydra's composition can apply (``+a=v``, ``~a``,
+``a@pkg=v``, sweeps, a key naming a config group) send the whole call through Hydra, uncached. The YAML
+syntax check of the group files is cached by file content.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import OmegaConf, open_dict
 from pydantic import ValidationError
 
 from grpo.config.messages import validation_problems
+from grpo.config.rules import check_rules
 from grpo.config.schema import GRPOConfig
 from grpo.errors import UserError
+
+if TYPE_CHECKING:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Override
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAYOUT_GROUP = "layout"
 MODEL_GROUP = "model"
 # Second spellings the schema accepts; an override of one must set the key the YAML spells.
-_HYDRA_LOCK = threading.Lock()
 KEY_ALIASES = {"rl_config.shuffle_minibatch": "rl_config.shuffle_mini_batch"}
+
+# Hydra's global state allows one composition at a time; the caches below are shared under it too.
+_HYDRA_LOCK = threading.Lock()
+
+
+class _LRU:
+    """A small least-recently-used map (thread-safe)."""
+
+    def __init__(self, size: int):
+        self.size, self.items, self.lock = size, OrderedDict[Any, Any](), threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            if key not in self.items:
+                return None
+            self.items.move_to_end(key)
+            return self.items[key]
+
+    def put(self, key: Any, value: Any) -> None:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+_PARSED = _LRU(256)  # (path, file bytes) -> parsed YAML
+_COMPOSED = _LRU(64)  # (primary file, Hydra overrides) -> _Composed
+_PARSER: list[OverridesParser] = []  # Hydra's override parser, built once
 
 
 def default_config_dir() -> Path:
@@ -55,8 +100,12 @@ def _looks_like_path(target: str) -> bool:
     return target.endswith((".yaml", ".yml")) or os.sep in target or "/" in target
 
 
-def resolve_target(target: str | os.PathLike, config_dir: Path) -> Path:
-    """The YAML file a config name or path designates; a one-line UserError when there is none."""
+def resolve_target(target: str | os.PathLike[str], config_dir: Path) -> Path:
+    """The YAML file a config name or path designates; a one-line UserError when there is none.
+
+    A name is ``<config_dir>/<name>.yaml``; anything that looks like a path (a ``/`` or a ``.yaml`` /
+    ``.yml`` suffix) is taken as one.
+    """
     text = str(target)
     if _looks_like_path(text):
         path = Path(text).expanduser()
@@ -72,34 +121,59 @@ def resolve_target(target: str | os.PathLike, config_dir: Path) -> Path:
     return path
 
 
-def _load_yaml(path: Path) -> Any:
-    """Parse one YAML file; a syntax error becomes ``FILE:LINE: YAML syntax error: ...``."""
+def _dir_of(config_dir: str | os.PathLike[str] | None) -> Path:
+    return Path(config_dir).expanduser().resolve() if config_dir is not None else default_config_dir()
+
+
+def _read(path: Path) -> bytes | None:
     try:
-        return yaml.safe_load(path.read_text())
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _load_yaml(path: Path) -> Any:
+    """Parse one YAML file; a syntax error becomes ``FILE:LINE: YAML syntax error: ...``.
+
+    Results are cached by file content and shared: treat them as read-only.
+    """
+    content = path.read_bytes()
+    key = (path, content)
+    cached = _PARSED.get(key)
+    if cached is not None:
+        return cached[0]
+    try:
+        data = yaml.safe_load(content)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{_display(path)}:{mark.line + 1}" if mark is not None else _display(path)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UserError(f"{where}: YAML syntax error: {problem}") from None
+    _PARSED.put(key, (data,))
+    return data
 
 
-def _group_options(dirs: Sequence[Path], group: str) -> list[str]:
-    return sorted({p.stem for d in dirs for p in (d / group).glob("*.yaml")})
+def _group_files(dirs: Sequence[Path], group: str) -> list[Path]:
+    return sorted(p for d in dirs for p in (d / group).glob("*.yaml"))
 
 
 def _check_group_options(group: str, value: Any, dirs: Sequence[Path], source: str) -> list[str]:
     """The option names of a group override (``layout=x``, ``model=[a,b]``); UserError for unknown ones."""
     names = value if isinstance(value, list) else [value]
-    options = _group_options(dirs, group)
+    options = sorted({p.stem for p in _group_files(dirs, group)})
     for name in names:
         if not isinstance(name, str) or name not in options:
             raise UserError(f"{source}: {group}: unknown {group} {name!r} (available: {', '.join(options) or 'none'})")
     return names
 
 
-def _defaults_has_group(primary: Any, group: str) -> bool:
+def _defaults(primary: Any) -> list[Any]:
     defaults = primary.get("defaults", []) if isinstance(primary, dict) else []
-    for entry in defaults or []:
+    return list(defaults or [])
+
+
+def _defaults_has_group(primary: Any, group: str) -> bool:
+    for entry in _defaults(primary):
         if isinstance(entry, dict) and any(
             str(k).lstrip("+").split("@")[0].removeprefix("override ") == group for k in entry
         ):
@@ -112,55 +186,110 @@ def _canonical(text: str, key: str) -> str:
     return KEY_ALIASES[key] + text[len(key) :] if key in KEY_ALIASES and text.startswith(key) else text
 
 
-def _hydra_overrides(overrides: Sequence[str], primary: Any, source: str, dirs: Sequence[Path]) -> list[str]:
-    """Rewrite user overrides into what Hydra needs (see the module docstring)."""
+def _parser() -> OverridesParser:
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not _PARSER:
+        _PARSER.append(OverridesParser.create())
+    return _PARSER[0]
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One user override: the text Hydra gets, and the key update it is when composition need not see it."""
+
+    text: str
+    key: str | None = None  # set for a plain key override (applied after composition)
+    override: Override | None = None
+    hydra_only: bool = False  # only Hydra's own composition can apply it
+
+
+def _plan(overrides: Sequence[str], primary: Any, source: str, dirs: Sequence[Path]) -> list[_Planned]:
+    """Rewrite user overrides into what Hydra needs (see the module docstring)."""
     from hydra.core.override_parser.types import OverrideType
     from hydra.errors import OverrideParseException
 
-    parser = OverridesParser.create()
+    parser = _parser()
     groups = (MODEL_GROUP, LAYOUT_GROUP)
-    out: list[str] = []
+    out: list[_Planned] = []
     for text in overrides:
         try:
             (override,) = parser.parse_overrides([text])
         except OverrideParseException as err:
             raise UserError(f"{source}: override '{text}': {str(err).splitlines()[0]}") from None
         key = override.key_or_group
-        if key in groups and override.type in (OverrideType.CHANGE, OverrideType.ADD):
+        plain_key = (
+            override.package is None
+            and not override.is_sweep_override()
+            and not override.is_hydra_override()
+            and key != "hydra"
+            and not any((d / key).is_dir() for d in dirs)  # Hydra would take it as a config group
+        )
+        if key in groups and override.type in (OverrideType.CHANGE, OverrideType.ADD) and override.is_sweep_override():
+            # a Hydra app's multirun (grpo-train): each job's option is checked when that job is composed
+            plus = (
+                "+"
+                if key == LAYOUT_GROUP and not text.startswith("+") and not _defaults_has_group(primary, key)
+                else ""
+            )
+            out.append(_Planned(plus + text, hydra_only=True))
+        elif key in groups and override.type in (OverrideType.CHANGE, OverrideType.ADD):
             _check_group_options(key, override.value(), dirs, source)
             if key == LAYOUT_GROUP:
                 plus = "" if _defaults_has_group(primary, LAYOUT_GROUP) else "+"
-                out.append(f"{plus}{LAYOUT_GROUP}={override.value()}")
+                out.append(_Planned(f"{plus}{LAYOUT_GROUP}={override.value()}"))
             else:
-                out.append(text)
+                out.append(_Planned(text))
         elif override.type == OverrideType.CHANGE and override.package is None and not key.startswith("hydra."):
-            out.append("++" + _canonical(text.strip(), key))
+            canonical = KEY_ALIASES.get(key, key)
+            out.append(_Planned("++" + _canonical(text.strip(), key), canonical, override, hydra_only=not plain_key))
+        elif override.type == OverrideType.FORCE_ADD and plain_key:
+            out.append(_Planned(text, key, override))
         else:
-            out.append(text)
+            out.append(_Planned(text, hydra_only=not (override.is_hydra_override() or key == "hydra")))
     return out
 
 
-def _compose(
-    primary_dir: Path, name: str, overrides: list[str], extra_dirs: Sequence[Path], source: str
-) -> dict[str, Any]:
-    """Hydra compose; returns the resolved plain dict with ``layout`` set to the chosen layout."""
-    if extra_dirs:
-        paths = ",".join(f"file://{d}" for d in extra_dirs)
-        overrides = [*overrides, f"hydra.searchpath=[{paths}]"]
-    # Composing inside a running Hydra app (grpo-train) must leave that app's Hydra untouched, and
-    # Hydra's global state allows one composition at a time.
-    with _HYDRA_LOCK:
-        return _compose_locked(primary_dir, name, overrides, source)
+def hydra_overrides(
+    name_or_path: str | os.PathLike[str], overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None
+) -> list[str]:
+    """``overrides`` as ``load_config`` hands them to Hydra (``a.b=v`` -> ``++a.b=v``, ``layout=x`` ->
+    ``+layout=x`` when the defaults list names no layout); a Hydra app passes these to get the same config."""
+    cfg_dir = _dir_of(config_dir)
+    path = resolve_target(name_or_path, cfg_dir)
+    dirs = [path.parent] + ([cfg_dir] if cfg_dir != path.parent else [])
+    return [p.text for p in _plan(list(overrides), _load_yaml(path), _display(path), dirs)]
 
 
-def _compose_locked(primary_dir: Path, name: str, overrides: list[str], source: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Composed:
+    """One Hydra composition, unresolved, and the contents of the files it was composed from."""
+
+    inputs: tuple[tuple[Path, bytes | None], ...]
+    groups: tuple[str, ...]
+    container: dict[str, Any]
+    layout: str | None
+
+
+def _inputs(
+    path: Path, primary: Any, dirs: Sequence[Path], groups: Sequence[str]
+) -> tuple[tuple[Path, bytes | None], ...]:
+    """The files a composition of ``path`` can read: itself, its sibling defaults and its groups' options."""
+    siblings = [e.lstrip("/") for e in _defaults(primary) if isinstance(e, str) and e != "_self_"]
+    files = [path, *(d / f"{s}.yaml" for d in dirs for s in siblings)]
+    files += [p for g in groups for p in _group_files(dirs, g)]
+    return tuple((p, _read(p)) for p in files)
+
+
+def _hydra_compose(primary_dir: Path, name: str, overrides: list[str], source: str) -> tuple[Any, dict[str, Any]]:
+    """Hydra compose under the lock: (the config without its ``hydra`` node, Hydra's group choices)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from omegaconf.errors import OmegaConfBaseException
 
+    # Composing inside a running Hydra app (grpo-train) must leave that app's Hydra untouched.
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
     try:
@@ -169,36 +298,77 @@ def _compose_locked(primary_dir: Path, name: str, overrides: list[str], source: 
             # default (primary config last) is what they mean.
             warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`")
             cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
-            layout = cfg.hydra.runtime.choices.get(LAYOUT_GROUP)
+            choices = dict(cfg.hydra.runtime.choices)
             with open_dict(cfg):
                 del cfg["hydra"]
-            data = OmegaConf.to_container(cfg, resolve=True)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{mark.name}:{mark.line + 1}" if mark is not None else source
         raise UserError(f"{where}: YAML syntax error: {getattr(err, 'problem', err)}") from None
     except (HydraException, OmegaConfBaseException) as err:
-        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-        raise UserError(f"{source}: {' '.join(lines[:3])}") from None
+        raise UserError(_one_line(source, err)) from None
     finally:
         restore_gh_from_backup(backup)
+    return cfg, choices
+
+
+def _one_line(source: str, err: Exception) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return f"{source}: {' '.join(lines[:3])}"
+
+
+def _compose(path: Path, primary: Any, planned: list[_Planned], dirs: Sequence[Path], source: str) -> dict[str, Any]:
+    """Hydra compose (cached, see the module docstring); the resolved plain dict with ``layout`` set."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    slow = any(p.hydra_only for p in planned)
+    to_hydra = [p.text for p in planned if slow or p.key is None]
+    if len(dirs) > 1:
+        paths = ",".join(f"file://{d}" for d in dirs[1:])
+        to_hydra.append(f"hydra.searchpath=[{paths}]")
+    with _HYDRA_LOCK:
+        if slow:
+            cfg, choices = _hydra_compose(path.parent, path.stem, to_hydra, source)
+            entry = None
+        else:
+            key = (path, tuple(str(d) for d in dirs), tuple(to_hydra))
+            entry = _COMPOSED.get(key)
+            if entry is None or _inputs(path, primary, dirs, entry.groups) != entry.inputs:
+                cfg, choices = _hydra_compose(path.parent, path.stem, to_hydra, source)
+                groups = tuple(sorted(g for g in choices if not g.startswith("hydra")))
+                container = OmegaConf.to_container(cfg, resolve=False)
+                assert isinstance(container, dict)
+                plain = {str(k): v for k, v in container.items()}
+                entry = _Composed(_inputs(path, primary, dirs, groups), groups, plain, choices.get(LAYOUT_GROUP))
+                _COMPOSED.put(key, entry)
+    try:
+        if entry is not None:  # the key overrides, as Hydra applies `++a.b=v`
+            cfg = OmegaConf.create(entry.container)
+            OmegaConf.set_struct(cfg, True)
+            for p in planned:
+                if p.key is not None and p.override is not None:
+                    OmegaConf.update(cfg, p.key, p.override.value(), merge=True, force_add=True)
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as err:
+        raise UserError(_one_line(source, err)) from None
     assert isinstance(data, dict)
+    layout = entry.layout if entry is not None else choices.get(LAYOUT_GROUP)
     if layout is not None:
         data[LAYOUT_GROUP] = layout
-    return data
+    return {str(k): v for k, v in data.items()}
 
 
-def validate_dict(data: dict[str, Any], source: str = "config", config_dir: Path | None = None) -> GRPOConfig:
-    """Schema-validate a composed dict and check the cross-field rules; UserError lists every problem."""
-    from grpo.config.rules import check_rules
+def config_from_dict(data: dict[str, Any], source: str = "config") -> GRPOConfig:
+    """Schema-validate a composed dict and check the cross-field rules; UserError lists every problem.
 
+    ``source`` names the file in every message (and becomes ``cfg._source``).
+    """
     try:
         cfg = GRPOConfig.model_validate(data)
     except ValidationError as err:
         problems = validation_problems(err, source)
         raise UserError(problems[0], problems=problems) from None
     cfg._source = source
-    cfg._config_dir = config_dir
     problems = [f"{source}: {line}" for line in check_rules(cfg)]
     if problems:
         raise UserError(problems[0], problems=problems)
@@ -206,14 +376,16 @@ def validate_dict(data: dict[str, Any], source: str = "config", config_dir: Path
 
 
 def load_config(
-    name_or_path: str | os.PathLike, overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None
+    name_or_path: str | os.PathLike[str],
+    overrides: Sequence[str] = (),
+    config_dir: str | os.PathLike[str] | None = None,
 ) -> GRPOConfig:
     """Compose, validate and rule-check one grpo_trainer config.
 
     ``name_or_path`` is a config name in the config dir or a path to a YAML file; ``overrides`` are
     Hydra override strings. Raises UserError (every problem in ``problems``) on any user mistake.
     """
-    cfg_dir = Path(config_dir).expanduser().resolve() if config_dir is not None else default_config_dir()
+    cfg_dir = _dir_of(config_dir)
     path = resolve_target(name_or_path, cfg_dir)
     source = _display(path)
     primary = _load_yaml(path)
@@ -221,84 +393,7 @@ def load_config(
         raise UserError(f"{source}: must be a mapping of sections (got {type(primary).__name__})")
     dirs = [path.parent] + ([cfg_dir] if cfg_dir != path.parent else [])
     for group in (MODEL_GROUP, LAYOUT_GROUP):  # syntax errors in group files get their line number too
-        for option in {p for d in dirs for p in (d / group).glob("*.yaml")}:
+        for option in sorted(set(_group_files(dirs, group))):
             _load_yaml(option)
-    hydra_overrides = _hydra_overrides(list(overrides), primary, source, dirs)
-    data = _compose(path.parent, path.stem, hydra_overrides, dirs[1:], source)
-    return validate_dict(data, source, config_dir=cfg_dir)
-
-
-def _deep_merge(into: dict, other: dict) -> dict:
-    """Merge ``other`` into ``into`` in place, recursively, as OmegaConf.merge does for mappings."""
-    for key, value in other.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value)
-        else:
-            into[key] = copy.deepcopy(value)
-    return into
-
-
-def _plain(value: Any) -> Any:
-    """An override's parsed value as plain Python (Hydra returns lists/dicts of its own types)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def apply_overrides(cfg: GRPOConfig, overrides: list[str]) -> GRPOConfig:
-    """``cfg`` with Hydra-style overrides applied, re-validated and rule-checked.
-
-    As in Hydra, config-group overrides (``layout=NAME``, ``model=[NAME]``) are applied first and key
-    overrides after them, so ``layout=tp2_pp2 actor_config.micro_batch_size=4`` keeps the explicit
-    micro batch size. Group files are read from the config dir the config was loaded with.
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import OverrideType
-    from hydra.errors import OverrideParseException
-
-    source = cfg._source
-    cfg_dir = cfg._config_dir or default_config_dir()
-    parser = OverridesParser.create()
-    try:
-        parsed = parser.parse_overrides(list(overrides))
-    except OverrideParseException as err:
-        raise UserError(f"{source}: override: {str(err).splitlines()[0]}") from None
-    # Plain dicts, not OmegaConf nodes: wrapping the whole config per call cost ~60 ms, and a sweep
-    # applies overrides for every trial. Values are already resolved (no interpolations left).
-    data = copy.deepcopy(cfg.to_dict())
-    groups = (MODEL_GROUP, LAYOUT_GROUP)
-    for override in (o for o in parsed if o.key_or_group in groups):
-        group = override.key_or_group
-        names = _check_group_options(group, override.value(), [cfg_dir], source)
-        contents = [_load_yaml(cfg_dir / group / f"{name}.yaml") or {} for name in names]
-        if group == MODEL_GROUP:  # like the defaults list: model.<name> = the file's content
-            merged: dict = {}
-            for content in contents:
-                _deep_merge(merged, content)
-            data[MODEL_GROUP] = merged
-        else:  # a layout is `# @package _global_`
-            for content in contents:
-                _deep_merge(data, content)
-            data[LAYOUT_GROUP] = names[-1]
-    for override in parsed:
-        if override.key_or_group in groups:
-            continue
-        key = KEY_ALIASES.get(override.key_or_group, override.key_or_group)
-        *parents, leaf = key.split(".")
-        node = data
-        for part in parents:
-            child = node.get(part) if isinstance(node, dict) else None
-            if not isinstance(child, dict):
-                if override.type == OverrideType.DEL:
-                    node = None
-                    break
-                child = node[part] = {}
-            node = child
-        if override.type == OverrideType.DEL:
-            if isinstance(node, dict):
-                node.pop(leaf, None)
-            continue
-        node[leaf] = _plain(override.value())
-    return validate_dict(data, source, config_dir=cfg._config_dir)
+    planned = _plan(list(overrides), primary, source, dirs)
+    return config_from_dict(_compose(path, primary, planned, dirs, source), source)

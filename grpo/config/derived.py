@@ -9,30 +9,41 @@ then into micro batches of ``micro_batch_size`` responses. Integer division is u
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from grpo.config.schema import GRPOConfig
+
+
+def _how(text: str) -> Any:
+    """A field of ``Derived`` and how it is computed (``grpo-sweep validate`` prints it beside the value)."""
+    return field(metadata={"how": text})
 
 
 @dataclass(frozen=True)
 class Derived:
     """The derived layout and batch figures of one config (see the module docstring)."""
 
-    num_npus: int
-    train_tp: int
-    train_pp: int
-    train_dp: int  # num_npus / (TP * PP)
-    infer_tp: int
-    generation_dp: int  # num_npus / (infer TP * infer PP): vLLM replicas
-    rollouts_per_iteration: int  # global_batch_size * n_samples_per_prompt
-    mini_batch_responses: int  # mini_batch_size * n_samples_per_prompt (MindSpeed's internal rescale)
-    optimizer_steps_per_iteration: int  # epochs * global_batch_size / mini_batch_size
-    micro_batches_per_step: int  # per train DP rank: mini_batch_responses / DP / micro_batch_size
-    prompts_per_generation_replica: int  # global_batch_size / generation DP
-    tokens_per_iteration_max: int  # rollouts * (max_prompt_length + max_tokens)
+    num_npus: int = _how("rl_config.actor_resource.num_npus")
+    train_tp: int = _how("actor_config TP")
+    train_pp: int = _how("actor_config PP")
+    train_dp: int = _how("num_npus / (TP * PP)")
+    infer_tp: int = _how("generate_config infer TP")
+    generation_dp: int = _how("num_npus / infer TP")  # vLLM replicas (infer PP is always 1)
+    rollouts_per_iteration: int = _how("global_batch * n_samples")
+    mini_batch_responses: int = _how("mini_batch * n_samples")  # MindSpeed's internal rescale
+    optimizer_steps_per_iteration: int = _how("epochs * global_batch / mini_batch")
+    micro_batches_per_step: int = _how("mini_batch_responses / DP / micro")  # per train DP rank
+    prompts_per_generation_replica: int = _how("global_batch / generation DP")
+    tokens_per_iteration_max: int = _how("rollouts * (prompt + response)")  # max_prompt_length + max_tokens
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    @staticmethod
+    def how() -> dict[str, str]:
+        """How each value is computed, by field name."""
+        return {f.name: f.metadata["how"] for f in fields(Derived)}
 
 
 def _div(a: int, b: int) -> int:

@@ -8,12 +8,12 @@ accepts any model name in that position.
 
 from __future__ import annotations
 
-import difflib
 from functools import lru_cache
 
 from pydantic import AliasChoices, BaseModel
 
 from grpo.config.schema import GRPOConfig, ModelConfig
+from grpo.errors import did_you_mean
 
 
 def _field_names(model: type[BaseModel]) -> list[str]:
@@ -73,11 +73,6 @@ def _generic(key: str) -> tuple[str, str | None]:
     return key, None
 
 
-def is_known_key(key: str) -> bool:
-    generic, _ = _generic(key)
-    return generic in _static_keys()
-
-
 def suggest_key(key: str) -> str | None:
     """The nearest valid key to ``key`` (None when nothing is close).
 
@@ -92,17 +87,17 @@ def suggest_key(key: str) -> str | None:
     siblings = [k[len(prefix) :] for k in keys if k.startswith(prefix) and "." not in k[len(prefix) :]]
     if not parent:  # top level: the section names
         siblings = sorted({k.split(".")[0] for k in keys})
-    match = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)
+    match = did_you_mean(leaf, siblings)
     same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf]  # a key put in the wrong section
     if same_leaf:
         found = same_leaf[0]
     elif match:
-        found = prefix + match[0]
+        found = prefix + match
     else:
-        anywhere = difflib.get_close_matches(generic, keys, n=1, cutoff=0.6)
-        if not anywhere:
+        anywhere = did_you_mean(generic, keys)
+        if anywhere is None:
             return None
-        found = anywhere[0]
+        found = anywhere
     if model_name is not None and found.startswith("model.*."):
         found = found.replace("*", model_name, 1)
     return found

@@ -50,5 +50,5 @@ def render_mindspeed(cfg: GRPOConfig) -> str:
 def render_mindspeed_model(cfg: GRPOConfig, name: str | None = None) -> tuple[str, str]:
     """``(name, yaml_text)`` of ``configs/model/<name>.yaml`` for one model (default: the actor's)."""
     name = name or cfg.actor_config.model
-    arch = cfg.model[name] if name in cfg.model else cfg.model_arch  # model_arch raises the UserError
+    arch = cfg.model.get(name) or cfg.model_arch  # model_arch raises the UserError
     return name, _dump({name: arch.model_dump(mode="json", exclude_none=True)})

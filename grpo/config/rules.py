@@ -73,7 +73,7 @@ def global_batch_divisible_by_train_dp(cfg: GRPOConfig) -> str | None:
     """global_batch_size % DP == 0: every train data-parallel rank gets the same number of prompts."""
     if not _layout_ok(cfg):
         return None
-    _, tp, pp, dp, _ = _sizes(cfg)
+    dp = _sizes(cfg)[3]
     gbs = cfg.megatron_training.global_batch_size
     if gbs % dp:
         return f"{GBS}={gbs} is not divisible by train DP={dp} (num_npus / (TP*PP))"
@@ -92,50 +92,42 @@ def dp_share_divisible_by_micro_batch(cfg: GRPOConfig) -> str | None:
     return None
 
 
+def _arch_split(cfg: GRPOConfig, key: str, size_key: str, attr: str | None = None) -> str | None:
+    """``model.<actor>.<key> % <size_key> == 0``, the shape of every architecture-split rule below.
+
+    ``attr`` is the ModelConfig attribute holding the value when it differs from ``key``.
+    """
+    arch = _arch(cfg)
+    if arch is None:
+        return None
+    actor = cfg.actor_config
+    size = actor.tensor_model_parallel_size if size_key == TP else actor.pipeline_model_parallel_size
+    value = getattr(arch, attr or key)
+    if value % size:
+        return f"model.{actor.model}.{key}={value} is not divisible by {size_key}={size}"
+    return None
+
+
 def heads_divisible_by_tp(cfg: GRPOConfig) -> str | None:
     """num_attention_heads % TP == 0: attention heads split evenly across tensor-parallel ranks."""
-    arch = _arch(cfg)
-    tp = cfg.actor_config.tensor_model_parallel_size
-    if arch and arch.num_attention_heads % tp:
-        return (
-            f"model.{cfg.actor_config.model}.num_attention_heads={arch.num_attention_heads} "
-            f"is not divisible by {TP}={tp}"
-        )
-    return None
+    return _arch_split(cfg, "num_attention_heads", TP)
 
 
 def query_groups_divisible_by_tp(cfg: GRPOConfig) -> str | None:
     """num_query_groups % TP == 0: key/value heads split evenly across tensor-parallel ranks."""
-    arch = _arch(cfg)
-    tp = cfg.actor_config.tensor_model_parallel_size
-    if arch and arch.num_attention_heads % tp:
+    if heads_divisible_by_tp(cfg):
         return None  # groups divide heads: heads_divisible_by_tp already names the cause
-    if arch and arch.effective_query_groups % tp:
-        return (
-            f"model.{cfg.actor_config.model}.num_query_groups={arch.effective_query_groups} "
-            f"is not divisible by {TP}={tp}"
-        )
-    return None
+    return _arch_split(cfg, "num_query_groups", TP, attr="effective_query_groups")
 
 
 def layers_divisible_by_pp(cfg: GRPOConfig) -> str | None:
     """num_layers % PP == 0: every pipeline stage holds the same number of layers."""
-    arch = _arch(cfg)
-    pp = cfg.actor_config.pipeline_model_parallel_size
-    if arch and arch.num_layers % pp:
-        return f"model.{cfg.actor_config.model}.num_layers={arch.num_layers} is not divisible by {PP}={pp}"
-    return None
+    return _arch_split(cfg, "num_layers", PP)
 
 
 def vocab_divisible_by_tp(cfg: GRPOConfig) -> str | None:
     """padded_vocab_size % TP == 0: the vocabulary-parallel embedding splits evenly."""
-    arch = _arch(cfg)
-    tp = cfg.actor_config.tensor_model_parallel_size
-    if arch and arch.padded_vocab_size % tp:
-        return (
-            f"model.{cfg.actor_config.model}.padded_vocab_size={arch.padded_vocab_size} is not divisible by {TP}={tp}"
-        )
-    return None
+    return _arch_split(cfg, "padded_vocab_size", TP)
 
 
 # ------------------------------------------------------------------------------ rollout layout

@@ -12,10 +12,11 @@ leaves them out so versions of MindSpeed-RL that do not know the key still accep
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from grpo.errors import UserError
 
 VerifierName = Literal["acc", "base_acc", "math_17k_acc", "strict_format", "format", "step"]
 
@@ -193,7 +194,8 @@ class RLConfig(Section):
     log_max_throughput: bool | None = Field(None, description="Report throughput from the slowest (max) stage time.")
     rule_reward: bool = Field(True, description="Score responses with rule-based verifiers.")
     verifier_function: list[VerifierName] = Field(
-        default_factory=lambda: ["base_acc"], description="Rule-reward functions, e.g. [acc, strict_format]."
+        default_factory=lambda: list[VerifierName](["base_acc"]),
+        description="Rule-reward functions, e.g. [acc, strict_format].",
     )
     verifier_weight: list[float] = Field(
         default_factory=lambda: [1.0], description="Weight of each verifier_function, same length."
@@ -204,7 +206,10 @@ class RLConfig(Section):
     wandb_project: str = Field("", description="W&B project name.")
     wandb_exp_name: str = Field("", description="W&B experiment name.")
     wandb_save_dir: str = Field("", description="Local folder for W&B files.")
-    actor_resource: ResourceConfig = Field(default_factory=ResourceConfig, description="Devices of the actor.")
+    actor_resource: ResourceConfig = Field(
+        default_factory=ResourceConfig,
+        description="Devices of the actor.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -270,7 +275,10 @@ class GenerateConfig(Section):
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field("bfloat16", description="Rollout weight dtype.")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="Share of device memory vLLM may use.")
     num_scheduler_steps: int = Field(1, ge=1, description="Sub-steps of one vLLM scheduling round.")
-    sampling_config: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling parameters.")
+    sampling_config: SamplingConfig = Field(
+        default_factory=SamplingConfig,
+        description="Sampling parameters.",
+    )
 
 
 # -------------------------------------------------------------------------------------------- engine
@@ -308,18 +316,18 @@ class GRPOConfig(BaseModel):
     actor_config: ActorConfig
     rl_config: RLConfig = Field(default_factory=RLConfig)
     generate_config: GenerateConfig = Field(default_factory=GenerateConfig)
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="grpo-sweep's embedded-engine settings.")
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig,
+        description="grpo-sweep's embedded-engine settings.",
+    )
     layout: str | None = Field(None, description="Name of the configs/layout entry applied (null = none).")
 
-    # Where the config came from: the config dir resolves `layout=` overrides, the source names errors.
-    _config_dir: Path | None = PrivateAttr(default=None)
+    # The file the config was composed from, as messages name it (set by load_config / config_from_dict).
     _source: str = PrivateAttr(default="config")
 
     @property
     def model_arch(self) -> ModelConfig:
         """The architecture the actor trains: ``model[actor_config.model]``."""
-        from grpo.errors import UserError
-
         name = self.actor_config.model
         if name not in self.model:
             raise UserError(
@@ -331,18 +339,3 @@ class GRPOConfig(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict of every field; ``GRPOConfig.model_validate(cfg.to_dict())`` gives it back."""
         return self.model_dump(mode="json")
-
-    def with_overrides(self, overrides: list[str] | tuple[str, ...]) -> GRPOConfig:
-        """A copy with Hydra-style overrides applied (``a.b=1``, ``layout=tp2_pp2``), re-validated."""
-        from grpo.config.compose import apply_overrides
-
-        return apply_overrides(self, list(overrides))
-
-
-SECTIONS: dict[str, type[BaseModel]] = {
-    "megatron_training": MegatronTrainingConfig,
-    "actor_config": ActorConfig,
-    "rl_config": RLConfig,
-    "generate_config": GenerateConfig,
-    "engine": EngineConfig,
-}

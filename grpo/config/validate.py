@@ -18,22 +18,6 @@ from grpo.config.derived import Derived, derive
 from grpo.config.schema import GRPOConfig
 from grpo.errors import UserError
 
-# How each derived value is computed, shown next to it.
-_HOW = {
-    "num_npus": "rl_config.actor_resource.num_npus",
-    "train_tp": "actor_config TP",
-    "train_pp": "actor_config PP",
-    "train_dp": "num_npus / (TP * PP)",
-    "infer_tp": "generate_config infer TP",
-    "generation_dp": "num_npus / infer TP",
-    "rollouts_per_iteration": "global_batch * n_samples",
-    "mini_batch_responses": "mini_batch * n_samples",
-    "optimizer_steps_per_iteration": "epochs * global_batch / mini_batch",
-    "micro_batches_per_step": "mini_batch_responses / DP / micro",
-    "prompts_per_generation_replica": "global_batch / generation DP",
-    "tokens_per_iteration_max": "rollouts * (prompt + response)",
-}
-
 
 def select_section(cfg: GRPOConfig, section: str) -> Any:
     """The value at a dotted section path (``rl_config``, ``generate_config.sampling_config``)."""
@@ -55,8 +39,9 @@ def layout_table(cfg: GRPOConfig, derived: Derived) -> Table:
     table.add_column("derived")
     table.add_column("value", justify="right")
     table.add_column("from")
+    how = Derived.how()
     for name, value in derived.as_dict().items():
-        table.add_row(name, str(value), _HOW[name])
+        table.add_row(name, str(value), how[name])
     return table
 
 

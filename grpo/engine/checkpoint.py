@@ -27,12 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grpo.engine.hf_checkpoint import is_hf_folder, load_into, save_weights
+from grpo._fs import CHECKPOINT_TRACKER, atomic_write_text, checkpoint_iteration
+from grpo.engine.hf_checkpoint import is_hf_folder, load_weights, save_weights
 from grpo.engine.model import Qwen2
 from grpo.engine.tokenizer import Tokenizer
 from grpo.errors import UserError
-
-LATEST = "latest_checkpointed_iteration.txt"
 
 
 @dataclass
@@ -45,12 +44,6 @@ class TrainerState:
 
 def iter_dir(root: Path, iteration: int) -> Path:
     return Path(root) / f"iter_{iteration:07d}"
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def rng_state(generator: torch.Generator) -> dict:
@@ -108,18 +101,20 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _atomic_write_text(root / LATEST, str(state.iteration))
+    atomic_write_text(root / CHECKPOINT_TRACKER, str(state.iteration))
     return final
 
 
 def find_checkpoint(path: Path) -> Path | None:
     """The iteration folder ``path`` designates: a save root (its latest), an iteration folder, or None."""
     path = Path(path)
-    if (path / LATEST).is_file():
-        text = (path / LATEST).read_text().strip()
-        folder = iter_dir(path, int(text)) if text.isdigit() else None
+    tracker = path / CHECKPOINT_TRACKER
+    if tracker.is_file():
+        iteration = checkpoint_iteration(path)
+        folder = iter_dir(path, iteration) if iteration is not None else None
         if folder is None or not (folder / "trainer_state.json").is_file():
-            raise UserError(f"{path / LATEST}: actor_config.load: names iteration {text!r}, which is not saved there")
+            text = tracker.read_text().strip()
+            raise UserError(f"{tracker}: actor_config.load: names iteration {text!r}, which is not saved there")
         return folder
     if (path / "trainer_state.json").is_file():
         return path
@@ -163,13 +158,13 @@ def describe_load(path: Path) -> Loaded:
     if is_hf_folder(path):
         return Loaded(path, None, False, None, None)
     raise UserError(
-        f"{path}: actor_config.load: neither a grpo-sweep checkpoint ({LATEST} or trainer_state.json) "
+        f"{path}: actor_config.load: neither a grpo-sweep checkpoint ({CHECKPOINT_TRACKER} or trainer_state.json) "
         f"nor a Hugging Face folder (config.json + *.safetensors)"
     )
 
 
 def load_reference(model: Qwen2, loaded: Loaded) -> None:
-    load_into(model, loaded.folder, "reference.safetensors")
+    load_weights(model, loaded.folder, "reference.safetensors")
 
 
 def load_optimizer(optimizer: torch.optim.Optimizer, loaded: Loaded) -> None:

@@ -17,10 +17,15 @@ validated again by the same schema, so what trains is exactly what was checked.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpo.errors import UserError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 DEFAULT_CONFIG = "grpo_trainer_tiny_cpu"
 _FLAGS_WITH_VALUE = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--experimental-rerun"}
@@ -72,8 +77,7 @@ def _is_hydra_key(override: str) -> bool:
 
 
 def jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The override list of every job Hydra will launch (its own sweep expansion)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    """The override list of every job Hydra's basic sweeper launches: the product of the sweeps, in order."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -84,8 +88,18 @@ def jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
         parsed = OverridesParser.create().parse_overrides(mine)
     except OverrideParseException as err:
         raise UserError(f"override: {str(err).splitlines()[0]}") from None
-    batches = BasicSweeper.split_arguments(parsed, None)
-    return [list(job) for batch in batches for job in batch] or [[]]
+    axes: dict[str, list[str]] = {}  # one axis per key; a key given twice keeps its last value
+    for override in parsed:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise UserError(
+                f"override '{override.input_line}': Hydra's basic sweeper enumerates choices and ranges only"
+            )
+    return [list(job) for job in itertools.product(*axes.values())]
 
 
 def precheck(argv: list[str]) -> None:
@@ -105,22 +119,24 @@ def precheck(argv: list[str]) -> None:
         raise UserError(problems[0], problems=problems)
 
 
-def _task(hydra_cfg) -> float | None:
+def _task(hydra_cfg: DictConfig) -> float | None:
     """One job: validate Hydra's composed config, train into the job's output dir."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from grpo.config.compose import validate_dict
+    from grpo.config import config_from_dict
     from grpo.engine.trainer import train
 
     hc = HydraConfig.get()
-    data = OmegaConf.to_container(hydra_cfg, resolve=True)
+    composed = OmegaConf.to_container(hydra_cfg, resolve=True)
+    assert isinstance(composed, dict)
+    data = {str(k): v for k, v in composed.items()}
     layout = hc.runtime.choices.get("layout")
     if layout is not None:
         data["layout"] = layout
     try:
-        cfg = validate_dict(data, f"{hc.job.config_name}.yaml")
+        cfg = config_from_dict(data, f"{hc.job.config_name}.yaml")
         summary = train(cfg, Path(hc.runtime.output_dir))
     except UserError as err:
         for line in err.problems:
@@ -143,16 +159,13 @@ def hydra_argv(argv: list[str]) -> list[str]:
     A key the YAML does not spell (e.g. ``actor_config.no_save_optim``, a schema field with a default) then
     sets it instead of failing Hydra's struct check; unknown keys were already rejected by ``precheck``.
     """
-    from grpo.config import default_config_dir
-    from grpo.config.compose import _hydra_overrides, _load_yaml, resolve_target
+    from grpo.config import hydra_overrides
 
     name, path, overrides, _, info = _split_argv(argv)
     if info:
         return argv
-    config_dir = path.resolve() if path else default_config_dir()
-    target = resolve_target(name, config_dir)
     mine = [o for o in overrides if not _is_hydra_key(o)]
-    rewritten = dict(zip(mine, _hydra_overrides(mine, _load_yaml(target), name, [config_dir])))
+    rewritten = dict(zip(mine, hydra_overrides(name, mine, config_dir=path), strict=True))
     return [rewritten.get(a, a) for a in argv]
 
 

@@ -22,18 +22,17 @@ order), a pure function of (seed, samples consumed): resuming at an iteration re
 from __future__ import annotations
 
 import json
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from grpo._fs import atomic_write_text
 from grpo.errors import UserError
 
 PROMPT_KEYS = ("prompt", "problem", "question")
 LABEL_KEYS = ("label", "labels", "answer")
-TASKS = ("arithmetic", "dataset")
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,18 @@ class ArithmeticTask:
 
     name = "arithmetic"
     low, high = 10, 99
+    demo_pool = 2000  # warm-start demonstrations, disjoint from every RL prompt
 
-    def examples(self, count: int, seed: int, exclude: set[tuple[int, int]] = frozenset()) -> list[Example]:
+    @classmethod
+    def distinct_prompts(cls) -> int:
+        """How many different prompts the task has (every operand pair)."""
+        return (cls.high - cls.low + 1) ** 2
+
+    def examples(
+        self, count: int, seed: int, exclude: set[tuple[int, int]] | frozenset[tuple[int, int]] = frozenset()
+    ) -> list[Example]:
         rng = random.Random(seed)
-        space = (self.high - self.low + 1) ** 2 - len(exclude)
+        space = self.distinct_prompts() - len(exclude)
         if count > space:
             raise UserError(
                 f"engine.task_size: at most {space} distinct arithmetic prompts are left after the "
@@ -76,8 +83,6 @@ class ArithmeticTask:
         a, b = self.operands(example)
         units = f"{a % 10}+{b % 10}={a % 10 + b % 10}"
         return f"<think>{units}</think><answer>\\boxed{{{a + b}}}</answer>"
-
-    demo_pool = 2000  # warm-start demonstrations, disjoint from every RL prompt
 
     def demonstrations(self, seed: int) -> list[Example]:
         """The warm start's examples: the same for every task_size, so trials share one warm start."""
@@ -111,13 +116,8 @@ def generated_data_file(data_path: str | None, run_dir: Path) -> Path:
 
 
 def write_jsonl(examples: list[Example], path: Path) -> None:
-    """Atomic: a temp file in the same folder, then os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        for e in examples:
-            f.write(json.dumps({"prompt": e.prompt, "label": e.label}) + "\n")
-    os.replace(tmp, path)
+    """One ``{"prompt", "label"}`` line per example; atomic (a reader never sees half a file)."""
+    atomic_write_text(path, "".join(json.dumps({"prompt": e.prompt, "label": e.label}) + "\n" for e in examples))
 
 
 def _dataset_files(data_path: str) -> list[Path]:

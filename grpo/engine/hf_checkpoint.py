@@ -110,25 +110,24 @@ def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_weights(model: Qwen2, folder: Path) -> None:
-    """Copy a HF folder's tensors into ``model`` (names are identical; a tied lm_head is implied)."""
-    state = load_state_dict(folder)
-    if not model.args.untie_embeddings_and_output_weights:
+def load_weights(model: Qwen2, folder: Path, filename: str | None = None) -> None:
+    """Copy saved tensors into ``model``: a HF folder's weights (its shards), or one ``filename`` in ``folder``
+    (as ``save_weights`` wrote it). Names are identical; a tied lm_head is implied; UserError on any mismatch."""
+    where = Path(folder) if filename is None else Path(folder) / filename
+    state = load_state_dict(where) if filename is None else load_file(str(where))
+    tied = not model.args.untie_embeddings_and_output_weights
+    if tied:
         state.pop("lm_head.weight", None)
-    expected = {
-        k
-        for k in model.state_dict()
-        if not (k == "lm_head.weight" and not model.args.untie_embeddings_and_output_weights)
-    }
-    missing, unexpected = expected - state.keys(), state.keys() - expected
-    unexpected = {k for k in unexpected if not k.endswith("rotary_emb.inv_freq")}
+    ref = model.state_dict()
+    expected = {k for k in ref if not (tied and k == "lm_head.weight")}
+    missing = expected - state.keys()
+    unexpected = {k for k in state.keys() - expected if not k.endswith("rotary_emb.inv_freq")}
     if missing or unexpected:
         sample = sorted(missing)[:3] or sorted(unexpected)[:3]
         raise UserError(
-            f"{folder}: actor_config.load: weights do not fit a Qwen2 model "
+            f"{where}: actor_config.load: weights do not fit a Qwen2 model "
             f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {', '.join(sample)})"
         )
-    ref = model.state_dict()
     with torch.no_grad():
         for name, tensor in state.items():
             if name in ref:
@@ -175,17 +174,3 @@ def save_weights(
     save_file(state, str(folder / filename), metadata={"format": "pt"})
     if write_config:
         (folder / "config.json").write_text(json.dumps(hf_config(model.args, eos_token_id, pad_token_id), indent=2))
-
-
-def load_into(model: Qwen2, folder: Path, filename: str = "model.safetensors") -> None:
-    """Load one safetensors file written by ``save_weights`` into ``model``."""
-    state = load_file(str(Path(folder) / filename))
-    if not model.args.untie_embeddings_and_output_weights:
-        state.pop("lm_head.weight", None)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and not model.args.untie_embeddings_and_output_weights)]
-    if missing or unexpected:
-        raise UserError(
-            f"{Path(folder) / filename}: actor_config.load: weights do not fit the model "
-            f"({len(missing)} missing, {len(unexpected)} unexpected)"
-        )

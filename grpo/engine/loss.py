@@ -59,10 +59,6 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.T
     raise ValueError(f"unknown kl_penalty {kind!r}; known: {', '.join(KL_KINDS)}")
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
-
-
 def seq_mean_token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The mean over each response's tokens, shape (B,); the caller averages over responses."""
     return (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
@@ -157,7 +153,9 @@ class AdaptiveKLController:
         self.value *= 1.0 + error * n_steps / self.horizon
 
 
-def kl_controller(kind: str, init_kl_coef: float, kl_target: float, kl_horizon: int):
+def kl_controller(
+    kind: str, init_kl_coef: float, kl_target: float, kl_horizon: int
+) -> FixedKLController | AdaptiveKLController:
     if kind == "adaptive":
         return AdaptiveKLController(init_kl_coef, kl_target, kl_horizon)
     return FixedKLController(init_kl_coef)

@@ -14,6 +14,10 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import IO
+
+from grpo._fs import truncate_jsonl_after
+from grpo.config import GRPOConfig
 
 METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "train.log"
@@ -41,21 +45,16 @@ def close_logger(logger: logging.Logger) -> None:
         handler.close()
 
 
-def read_metrics(path: Path) -> list[dict]:
-    path = Path(path)
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 class MetricsSink:
     """Fan one metrics dict per iteration out to every configured destination."""
 
-    def __init__(self, run_dir: Path, cfg, total_iters: int, resume_from: int = 0, log: logging.Logger | None = None):
+    def __init__(
+        self, run_dir: Path, cfg: GRPOConfig, total_iters: int, resume_from: int = 0, log: logging.Logger | None = None
+    ):
         self.path = Path(run_dir) / METRICS_FILE
         self.log = log
-        self._truncate_after(resume_from)
-        self.file = open(self.path, "a")
+        truncate_jsonl_after(self.path, resume_from)  # drop what a killed run wrote after its checkpoint
+        self.file: IO[str] = open(self.path, "a")  # noqa: SIM115  (open for the whole run; close() closes it)
         rl = cfg.rl_config
         self.wandb = self.tensorboard = None
         if rl.use_wandb:
@@ -86,14 +85,6 @@ class MetricsSink:
             )
             self.progress.start()
             self.task = self.progress.add_task("", total=total_iters, completed=resume_from)
-
-    def _truncate_after(self, iteration: int) -> None:
-        kept = [m for m in read_metrics(self.path) if m.get("iteration", 0) <= iteration]
-        if not self.path.exists():
-            return
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
-        os.replace(tmp, self.path)
 
     def write(self, iteration: int, metrics: dict[str, float]) -> None:
         self.file.write(json.dumps({"iteration": iteration, **metrics}) + "\n")

@@ -14,10 +14,15 @@ position ids (``cumsum(mask) - 1``), so a padded sequence gets the same logits a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from grpo.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class ModelArgs:
     add_qkv_bias: bool = True
     untie_embeddings_and_output_weights: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be a multiple of num_attention_heads")
         if self.num_attention_heads % self.num_query_groups:
@@ -47,26 +52,23 @@ class ModelArgs:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_model_config(cls, mc) -> ModelArgs:
-        """Build from the config's ModelConfig (or any object/dict with those attribute names)."""
-        get = (lambda k, d=None: mc.get(k, d)) if isinstance(mc, dict) else (lambda k, d=None: getattr(mc, k, d))
-        groups = get("num_query_groups") if get("group_query_attention", True) else None
-        heads = int(get("num_attention_heads"))
+    def from_model_config(cls, mc: ModelConfig) -> ModelArgs:
+        """Build from the config's ModelConfig (``effective_query_groups`` heads share keys and values)."""
         return cls(
-            num_layers=int(get("num_layers")),
-            hidden_size=int(get("hidden_size")),
-            ffn_hidden_size=int(get("ffn_hidden_size")),
-            num_attention_heads=heads,
-            num_query_groups=int(groups or heads),
-            padded_vocab_size=int(get("padded_vocab_size")),
-            max_position_embeddings=int(get("max_position_embeddings", 2048)),
-            rotary_base=float(get("rotary_base", 1_000_000.0)),
-            norm_epsilon=float(get("norm_epsilon", 1e-6)),
-            add_qkv_bias=bool(get("add_qkv_bias", True)),
-            untie_embeddings_and_output_weights=bool(get("untie_embeddings_and_output_weights", True)),
+            num_layers=mc.num_layers,
+            hidden_size=mc.hidden_size,
+            ffn_hidden_size=mc.ffn_hidden_size,
+            num_attention_heads=mc.num_attention_heads,
+            num_query_groups=mc.effective_query_groups,
+            padded_vocab_size=mc.padded_vocab_size,
+            max_position_embeddings=mc.max_position_embeddings,
+            rotary_base=float(mc.rotary_base),
+            norm_epsilon=float(mc.norm_epsilon),
+            add_qkv_bias=mc.add_qkv_bias,
+            untie_embeddings_and_output_weights=mc.untie_embeddings_and_output_weights,
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -102,7 +104,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class KVCache:
     """Preallocated keys/values for every layer: (B, kv_heads, max_len, head_dim); ``length`` is filled so far."""
 
-    def __init__(self, args: ModelArgs, batch: int, max_len: int, device, dtype):
+    def __init__(self, args: ModelArgs, batch: int, max_len: int, device: torch.device, dtype: torch.dtype):
         shape = (batch, args.num_query_groups, max_len, args.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(args.num_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(args.num_layers)]
@@ -126,7 +128,7 @@ class KVCache:
 class KVRecorder:
     """A cache that only records each layer's keys/values (kept in the autograd graph) of one forward."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.length = 0
@@ -148,6 +150,10 @@ class PrefixKV:
         return torch.cat([self.keys[layer], k], dim=2), torch.cat([self.values[layer], v], dim=2)
 
 
+# What a forward pass can read and extend: a preallocated cache, a recorder, or a shared prefix.
+Cache = KVCache | KVRecorder | PrefixKV
+
+
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
@@ -157,7 +163,9 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(args.hidden_size, self.n_kv * self.head_dim, bias=args.add_qkv_bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, args.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, mask, cache: KVCache | None, layer: int):
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: Cache | None, layer: int
+    ) -> Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
@@ -165,14 +173,14 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        if T == 1:  # one decoding step: grouped attention without copying the cache per query head
+        if T == 1 and mask is not None:  # one decoding step: grouped attention, the cache not copied per head
             y = _decode_attention(q, k, v, mask, self.n_kv)
         else:  # grouped-query attention: each kv head serves n_heads / n_kv query heads
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
 
-def _decode_attention(q, k, v, mask, n_kv: int) -> torch.Tensor:
+def _decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, n_kv: int) -> Tensor:
     """softmax(q k^T / sqrt(d)) v for a single query per sequence; q (B, H, 1, d), k/v (B, n_kv, L, d)."""
     B, H, _, d = q.shape
     grouped = q.view(B, n_kv, H // n_kv, d)
@@ -188,7 +196,7 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(args.hidden_size, args.ffn_hidden_size, bias=False)
         self.down_proj = nn.Linear(args.ffn_hidden_size, args.hidden_size, bias=False)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -200,7 +208,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon)
         self.mlp = MLP(args)
 
-    def forward(self, x, cos, sin, mask, cache, layer):
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: Cache | None, layer: int
+    ) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -228,7 +238,7 @@ class Qwen2(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     @staticmethod
-    def _init(module: nn.Module, std: float):
+    def _init(module: nn.Module, std: float) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=std)
         if isinstance(module, nn.Linear) and module.bias is not None:
@@ -238,7 +248,7 @@ class Qwen2(nn.Module):
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: Cache | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Final hidden states (B, T, hidden).
@@ -279,7 +289,13 @@ class Qwen2(nn.Module):
             self._rope_table = table
         return table[0][positions][:, None], table[1][positions][:, None]
 
-    def forward(self, input_ids, attention_mask=None, cache=None, positions=None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        cache: Cache | None = None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
         return self.lm_head(self.hidden(input_ids, attention_mask, cache, positions))
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:

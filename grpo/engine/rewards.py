@@ -36,7 +36,7 @@ def extract_boxed(text: str) -> str | None:
     start = text.rfind("\\boxed{")
     if start < 0:
         return None
-    depth, out = 1, []
+    depth, out = 1, list[str]()
     for ch in text[start + len("\\boxed{") :]:
         if ch == "{":
             depth += 1
@@ -71,8 +71,7 @@ def answers_equal(prediction: str | None, label: str) -> bool:
     a, b = _as_number(prediction), _as_number(str(label))
     if a is not None and b is not None:
         return a == b
-    norm = lambda s: re.sub(r"\s+", "", str(s)).strip("$").rstrip(".")
-    return norm(prediction) == norm(label)
+    return _normalised(prediction) == _normalised(label)
 
 
 def valid_structure(text: str) -> bool:
@@ -82,7 +81,7 @@ def valid_structure(text: str) -> bool:
     if any(c != 1 for c in counts.values()) or len(boxed) != 1:
         return False
     pos = {t: text.find(t) for t in TAGS}
-    box_pos = _BOXED.search(text).start()
+    box_pos = text.find(boxed[0])  # the one match found above
     in_order = pos["<think>"] < pos["</think>"] < pos["<answer>"] < box_pos < pos["</answer>"]
     return in_order and text.startswith("<think>") and text.endswith("</answer>")
 
@@ -124,6 +123,10 @@ VERIFIERS: dict[str, Callable[[str, str], float]] = {
 }
 
 
+def _normalised(text: object) -> str:
+    return re.sub(r"\s+", "", str(text)).strip("$").rstrip(".")
+
+
 def is_correct(text: str, label: str) -> bool:
     """Plain accuracy (the ``grpo/acc/mean`` metric): the extracted answer equals the label."""
     return answers_equal(extract_answer(text), label)
@@ -138,9 +141,9 @@ def score(
         raise ValueError(f"unknown verifier_function {unknown}; known: {sorted(VERIFIERS)}")
     totals = [0.0] * len(texts)
     per: dict[str, list[float]] = {}
-    for name, weight in zip(names, weights):
+    for name, weight in zip(names, weights, strict=True):
         fn = VERIFIERS[name]
-        scores = [fn(t, l) for t, l in zip(texts, labels)]
+        scores = [fn(text, label) for text, label in zip(texts, labels, strict=True)]
         per[name] = scores
-        totals = [a + weight * s for a, s in zip(totals, scores)]
+        totals = [a + weight * s for a, s in zip(totals, scores, strict=True)]
     return totals, per

@@ -41,15 +41,14 @@ class Rollout:
     logprobs: torch.Tensor  # (N, R) sampled-token log-probs (0 after the end)
     prompt_lengths: torch.Tensor  # (N,)
     response_lengths: torch.Tensor  # (N,)
+    groups: torch.Tensor | None = None  # (N,) index of each row's prompt (rows of a group share it)
 
     @property
     def responses(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_width :]
 
     def response_lists(self) -> list[list[int]]:
-        return [row[: int(n)].tolist() for row, n in zip(self.responses, self.response_lengths)]
-
-    groups: torch.Tensor | None = None  # (N,) index of each row's prompt (rows of a group share it)
+        return [row[: int(n)].tolist() for row, n in zip(self.responses, self.response_lengths, strict=True)]
 
     def select(self, index: torch.Tensor) -> Rollout:
         """The rows ``index`` (used to split into mini and micro batches)."""
@@ -82,7 +81,7 @@ class Rollout:
         )
 
 
-def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -140,10 +139,28 @@ def generate(
     """
     with torch.inference_mode():
         out = _sample(model, prompts, n, params, stop_ids, pad_id, vocab_size, generator)
-    return Rollout(**{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in vars(out).items()})
+    return Rollout(
+        input_ids=out.input_ids.clone(),
+        attention_mask=out.attention_mask.clone(),
+        prompt_width=out.prompt_width,
+        response_mask=out.response_mask.clone(),
+        logprobs=out.logprobs.clone(),
+        prompt_lengths=out.prompt_lengths.clone(),
+        response_lengths=out.response_lengths.clone(),
+        groups=None if out.groups is None else out.groups.clone(),
+    )
 
 
-def _sample(model, prompts, n, params, stop_ids, pad_id, vocab_size, generator) -> Rollout:
+def _sample(
+    model: Qwen2,
+    prompts: list[list[int]],
+    n: int,
+    params: SamplingParams,
+    stop_ids: list[int],
+    pad_id: int,
+    vocab_size: int,
+    generator: torch.Generator | None,
+) -> Rollout:
     device = model.lm_head.weight.device
     ids, mask = left_pad(prompts, pad_id, device)
     B, P = ids.shape

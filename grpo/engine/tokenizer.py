@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpo.errors import UserError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as HFTokenizer
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 WORD_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "\\boxed{", "user", "assistant")
@@ -25,7 +29,9 @@ STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 class Tokenizer:
     """Encode/decode text; knows its stop ids, pad id and vocabulary size."""
 
-    def __init__(self, backend, eos_token: str | None = None, pad_token: str | None = None, source: str = "built-in"):
+    def __init__(
+        self, backend: HFTokenizer, eos_token: str | None = None, pad_token: str | None = None, source: str = "built-in"
+    ):
         self.backend = backend
         self.source = source
         vocab = backend.get_vocab(with_added_tokens=True)
@@ -43,9 +49,6 @@ class Tokenizer:
     # -- text <-> ids
     def encode(self, text: str) -> list[int]:
         return self.backend.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: list[int]) -> str:
         return self.backend.decode(ids, skip_special_tokens=True)
@@ -131,7 +134,7 @@ def load_tokenizer(folder_or_file: str | Path, key: str = "megatron_training.tok
     return Tokenizer(backend, eos_token=eos, pad_token=pad, source=str(file))
 
 
-def _token_name(value) -> str | None:
+def _token_name(value: object) -> str | None:
     if isinstance(value, dict):  # {"content": "<|im_end|>", ...}
         return value.get("content")
     return value if isinstance(value, str) else None

@@ -31,14 +31,17 @@ import copy
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from grpo.config import GRPOConfig
 from grpo.engine import checkpoint as ckpt
 from grpo.engine import data as data_mod
 from grpo.engine import rewards
+from grpo.engine.check import check_config
 from grpo.engine.hf_checkpoint import check_arch, load_weights, read_model_args
 from grpo.engine.loss import TrainingDiverged, group_norm_advantages, grpo_loss, kl_controller
 from grpo.engine.metrics import MetricsSink, close_logger, run_logger
@@ -59,7 +62,7 @@ def pick_device(name: str) -> torch.device:
         try:
             import torch_npu  # noqa: F401  (registers the npu device)
 
-            if torch.npu.is_available():
+            if torch.npu.is_available():  # type: ignore[attr-defined]  # torch_npu adds torch.npu
                 return torch.device("npu")
         except ImportError:
             pass
@@ -69,7 +72,7 @@ def pick_device(name: str) -> torch.device:
 
 
 @contextlib.contextmanager
-def torch_threads(n: int):
+def torch_threads(n: int) -> Iterator[None]:
     previous = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -80,7 +83,7 @@ def torch_threads(n: int):
 
 def lr_at(step: int, total_steps: int, lr: float, min_lr: float, warmup_fraction: float, style: str) -> float:
     """Learning rate of optimizer step ``step`` (0-based) of ``total_steps`` (see the module docstring)."""
-    warmup = int(round(warmup_fraction * total_steps))
+    warmup = round(warmup_fraction * total_steps)
     if step < warmup:
         return lr * (step + 1) / warmup
     if style == "constant":
@@ -98,21 +101,14 @@ def _same_path(a: str | None, b: str | None) -> bool:
 class Run:
     """Everything one training run holds; built (and fully checked) before the first iteration."""
 
-    def __init__(self, cfg, run_dir: Path):
+    def __init__(self, cfg: GRPOConfig, run_dir: Path):
+        problems = check_config(cfg)
+        if problems:
+            raise UserError(problems[0], problems)
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.source = getattr(cfg, "_source", "config")
+        self.source = cfg._source
         self.log = run_logger(self.run_dir)
         rl, actor = cfg.rl_config, cfg.actor_config
-        if rl.adv_estimator != "group_norm":
-            raise UserError(
-                f"{self.source}: rl_config.adv_estimator: {rl.adv_estimator} needs a critic model, which "
-                f"the embedded engine does not have; use group_norm"
-            )
-        if not rl.rule_reward:
-            raise UserError(
-                f"{self.source}: rl_config.rule_reward: the embedded engine scores with rule rewards "
-                f"only; set rule_reward=true"
-            )
         self.device = pick_device(cfg.engine.device)
         self.seed = cfg.megatron_training.seed
         sampling = cfg.generate_config.sampling_config
@@ -124,12 +120,8 @@ class Run:
         self.train_set, self.eval_set = self._data()
         self.args = self._model_args()
         self.tokenizer.check_fits(self.args.padded_vocab_size, actor.model)
+        # check_config made sure max_model_len leaves room after the longest prompt (<= max_prompt_length).
         self.max_tokens = min(sampling.max_tokens, cfg.generate_config.max_model_len - self.max_prompt_tokens)
-        if self.max_tokens < 1:
-            raise UserError(
-                f"{self.source}: generate_config.max_model_len: {cfg.generate_config.max_model_len} "
-                f"leaves no room for a response after prompts of {self.max_prompt_tokens} tokens"
-            )
         self.sampling = SamplingParams(
             sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, self.max_tokens
         )
@@ -171,8 +163,9 @@ class Run:
             data_mod.write_jsonl(train, path)
             self.log.info(f"task {eng.task}: {len(train)} prompts written to {path}")
         limit = self.cfg.rl_config.max_prompt_length
-        encode = lambda e: self.tokenizer.encode(self.tokenizer.chat_prompt(e.prompt))
-        self.prompt_ids = {e.prompt: encode(e) for e in train + held_out}
+        self.prompt_ids = {
+            e.prompt: self.tokenizer.encode(self.tokenizer.chat_prompt(e.prompt)) for e in train + held_out
+        }
         kept = [e for e in train if len(self.prompt_ids[e.prompt]) <= limit]
         if len(kept) < len(train):
             self.log.warning(
@@ -187,7 +180,7 @@ class Run:
     def _model_args(self) -> ModelArgs:
         return ModelArgs.from_model_config(self.cfg.model_arch)
 
-    def _models(self):
+    def _models(self) -> tuple[Qwen2, Qwen2, ckpt.Loaded | None]:
         """Policy, frozen reference, and what ``actor_config.load`` designated (None = fresh start)."""
         actor, eng = self.cfg.actor_config, self.cfg.engine
         loaded = None
@@ -239,6 +232,7 @@ class Run:
 
     def _resume(self, loaded: ckpt.Loaded) -> None:
         actor = self.cfg.actor_config
+        assert loaded.state is not None  # resumed only from an engine checkpoint (the caller checks)
         self.state = loaded.state
         self.kl_ctrl.value = loaded.state.kl_coef
         if not actor.no_load_optim:
@@ -251,7 +245,7 @@ class Run:
 
     # ------------------------------------------------------------------ one iteration
     @staticmethod
-    def _micro_batches(batch: Rollout, rows: torch.Tensor, micro: int):
+    def _micro_batches(batch: Rollout, rows: torch.Tensor, micro: int) -> Iterator[tuple[torch.Tensor, Rollout]]:
         """Split ``rows`` into micro batches, each trimmed of the padding its rows share.
 
         Rows are ordered by prompt (so a micro batch holds whole groups, whose shared prompt is computed
@@ -259,6 +253,7 @@ class Run:
         padding), rows by length within a group. Ordering only regroups the rows of one mini batch: its
         gradient is the same sum over its responses.
         """
+        assert batch.groups is not None  # generate() always sets it
         groups, lengths = batch.groups[rows], batch.response_lengths[rows]
         longest = torch.zeros(int(batch.groups.max()) + 1, dtype=lengths.dtype, device=lengths.device)
         longest = longest.scatter_reduce(0, groups, lengths, reduce="amax")[groups]
@@ -386,7 +381,7 @@ class Run:
         scores, per_verifier = rewards.score(texts, labels, list(rl.verifier_function), list(rl.verifier_weight))
         score_t = torch.tensor(scores, dtype=torch.float32, device=self.device)
         advantages = group_norm_advantages(score_t, n)
-        correct = [rewards.is_correct(t, l) for t, l in zip(texts, labels)]
+        correct = [rewards.is_correct(text, label) for text, label in zip(texts, labels, strict=True)]
         t_reward = time.perf_counter()
 
         ref_logp = None
@@ -467,7 +462,9 @@ class Run:
             )
             texts = self.tokenizer.decode_batch(batch.response_lists())
             labels = [e.label for e in self.eval_set for _ in range(n)]
-            out[name] = sum(rewards.is_correct(t, l) for t, l in zip(texts, labels)) / len(texts)
+            out[name] = sum(rewards.is_correct(text, label) for text, label in zip(texts, labels, strict=True)) / len(
+                texts
+            )
             if n > 1:
                 out["eval/strict_format"] = sum(rewards.strict_format(t) > 0 for t in texts) / len(texts)
         return out
@@ -491,7 +488,7 @@ class Run:
         return folder
 
 
-def train(cfg, run_dir: Path, callback: Callback | None = None) -> dict:
+def train(cfg: GRPOConfig, run_dir: Path, callback: Callback | None = None) -> dict[str, Any]:
     """Run GRPO as ``cfg`` says; write ``run_dir/metrics.jsonl`` and ``run_dir/train.log``; return a summary.
 
     ``callback(iteration, metrics)`` runs after each metrics line; returning True stops at once

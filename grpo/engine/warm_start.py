@@ -8,24 +8,26 @@ is right sometimes, wrong often, which is what GRPO needs.
 
 The result is cached at ``<cache_dir>/warm_start/<key>.safetensors``, the key hashing everything that
 determines it (architecture, tokenizer, task, demonstrations, seed, steps, init std, a format version), so
-trials of a sweep share one warm start. Two processes that start it at once take turns on a lock file;
-the file itself is written to a temp name and moved into place with ``os.replace``, so a reader never
-sees half a file.
+trials of a sweep share one warm start. Two processes that start it at once take turns on a lock file
+(``filelock.FileLock``); the file itself is written atomically (``grpo._fs.atomic_write``), so a reader
+never sees half a file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
+from grpo._fs import atomic_write
 from grpo.engine.data import ArithmeticTask, Example
-from grpo.engine.hf_checkpoint import load_into, save_weights
+from grpo.engine.hf_checkpoint import load_weights, save_weights
 from grpo.engine.model import ModelArgs, Qwen2
 from grpo.engine.tokenizer import Tokenizer
 
@@ -62,38 +64,33 @@ def cache_key(
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _demo_batch(tokenizer: Tokenizer, task: ArithmeticTask, examples: list[Example]):
+def _demo_batch(
+    tokenizer: Tokenizer, task: ArithmeticTask, examples: list[Example]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded prompt+demonstration+eos ids, and a mask that is 1 on the targets to learn."""
     seqs, masks = [], []
     for e in examples:
         prompt = tokenizer.encode(tokenizer.chat_prompt(e.prompt))
-        answer = tokenizer.encode(task.demonstration(e)) + [tokenizer.eos_id]
+        answer = [*tokenizer.encode(task.demonstration(e)), tokenizer.eos_id]
         seqs.append(prompt + answer)
         masks.append([0] * len(prompt) + [1] * len(answer))
     width = max(map(len, seqs))
     ids = torch.full((len(seqs), width), tokenizer.pad_id, dtype=torch.long)
     loss_mask = torch.zeros((len(seqs), width))
-    for i, (s, m) in enumerate(zip(seqs, masks)):
+    for i, (s, m) in enumerate(zip(seqs, masks, strict=True)):
         ids[i, : len(s)] = torch.tensor(s)
         loss_mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
     return ids, loss_mask
 
 
 def supervised_warm_start(
-    model: Qwen2, tokenizer: Tokenizer, task: ArithmeticTask, examples: list[Example], steps: int, seed: int, log=None
+    model: Qwen2,
+    tokenizer: Tokenizer,
+    task: ArithmeticTask,
+    examples: list[Example],
+    steps: int,
+    seed: int,
+    log: Callable[[str], object] | None = None,
 ) -> None:
     """``steps`` AdamW steps (batch 64, warmup then cosine) of next-token loss on the demonstrations."""
     ids, loss_mask = _demo_batch(tokenizer, task, examples)
@@ -129,7 +126,7 @@ def warm_started_policy(
     steps: int,
     init_std: float,
     cache_dir: Path,
-    log=None,
+    log: Callable[[str], object] | None = None,
 ) -> tuple[Qwen2, Path | None]:
     """The fresh tiny policy after its (cached) warm start on ``task.demonstrations(seed)``, and its file."""
     with torch.random.fork_rng():  # leave the caller's global RNG untouched
@@ -141,17 +138,16 @@ def warm_started_policy(
     key = cache_key(args, tokenizer, task.name, len(examples), seed, steps, init_std)
     folder = Path(cache_dir) / "warm_start"
     file = folder / f"{key}.safetensors"
-    with _file_lock(folder / f"{key}.lock"):
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(folder / f"{key}.lock"):
         if file.is_file():
             if log:
                 log(f"warm start: cached {file}")
-            load_into(model, folder, file.name)
+            load_weights(model, folder, file.name)
             return model.eval(), file
         if log:
             log(f"warm start: {steps} supervised steps on {len(examples)} demonstrations -> {file}")
         with torch.random.fork_rng():
             supervised_warm_start(model, tokenizer, task, examples, steps, seed, log)
-        tmp_name = f".{key}.{os.getpid()}.tmp"
-        save_weights(model, folder, filename=tmp_name, write_config=False)
-        os.replace(folder / tmp_name, file)
+        atomic_write(file, lambda tmp: save_weights(model, tmp.parent, filename=tmp.name, write_config=False))
     return model.eval(), file

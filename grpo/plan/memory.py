@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from grpo.config import GRPOConfig, ModelConfig
+
 GIB = float(2**30)
 # What the driver/runtime keeps of a device before PyTorch sees it: torch_npu reports 60.96 GiB
 # "total capacity" on 64 GiB parts.
@@ -69,7 +71,7 @@ class Estimate:
 
 
 # ------------------------------------------------------------------------------------- parameters
-def layer_parameters(arch) -> float:
+def layer_parameters(arch: ModelConfig) -> float:
     """Parameters of one transformer layer: attention (Q, K, V, output), MLP, two norms."""
     h, f = arch.hidden_size, arch.ffn_hidden_size
     kv = arch.effective_query_groups * (h // arch.num_attention_heads)
@@ -78,14 +80,14 @@ def layer_parameters(arch) -> float:
     return float(attention + mlp + 2 * h)
 
 
-def model_parameters(arch) -> float:
+def model_parameters(arch: ModelConfig) -> float:
     """All parameters: layers, input embedding, output layer (when untied), final norm."""
     embedding = float(arch.padded_vocab_size * arch.hidden_size)
     output = embedding if arch.untie_embeddings_and_output_weights else 0.0
     return arch.num_layers * layer_parameters(arch) + embedding + output + arch.hidden_size
 
 
-def stage_parameters(arch, tp: int, pp: int) -> tuple[float, float]:
+def stage_parameters(arch: ModelConfig, tp: int, pp: int) -> tuple[float, float]:
     """Parameters per NPU on the (first, last) pipeline stage; norms are replicated over TP."""
     layers = math.ceil(arch.num_layers / pp)
     h = arch.hidden_size
@@ -100,7 +102,7 @@ def stage_parameters(arch, tp: int, pp: int) -> tuple[float, float]:
 
 # ------------------------------------------------------------------------------------ activations
 def layer_activation_bytes(
-    arch,
+    arch: ModelConfig,
     tokens: float,
     tp: int,
     seq: int,
@@ -160,7 +162,7 @@ def stage_activation_bytes(
 
 
 # --------------------------------------------------------------------------------------- estimate
-def estimate(cfg, device_memory_gb: float = 64.0) -> Estimate:
+def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
     """Per-NPU memory of ``cfg`` on NPUs of ``device_memory_gb`` GiB, and whether it fits.
 
     Example::
@@ -203,11 +205,16 @@ def estimate(cfg, device_memory_gb: float = 64.0) -> Estimate:
         hidden_dropout=train.hidden_dropout,
     )
     layer_input = 2 * mbs * seq * arch.hidden_size / (tp if sp else 1)
-    recompute = dict(
-        granularity=train.recompute_granularity, method=train.recompute_method, num_layers=train.recompute_num_layers
-    )
-    act_first = stage_activation_bytes(layers, full_layer, layer_input, min(pp, micro_batches), **recompute)
-    act_last = stage_activation_bytes(layers, full_layer, layer_input, 1, **recompute)
+
+    def stage_activations(in_flight: int) -> float:
+        return stage_activation_bytes(
+            layers, full_layer, layer_input, in_flight,
+            granularity=train.recompute_granularity, method=train.recompute_method,
+            num_layers=train.recompute_num_layers,
+        )  # fmt: skip
+
+    act_first = stage_activations(min(pp, micro_batches))
+    act_last = stage_activations(1)
     logits = mbs * seq * arch.padded_vocab_size / tp * LOGIT_BYTES_UPDATE
     state = weight_b + grad_b + optim_b
     update_first = first * state + act_first + (logits if pp == 1 else 0.0)

@@ -21,7 +21,7 @@ class StudySnapshot(optuna.Study):
 
     def __init__(self, study: optuna.Study, trials: Sequence[FrozenTrial] | None = None):
         super().__init__(study_name=study.study_name, storage=study._storage)
-        self.source = study.source if isinstance(study, StudySnapshot) else study
+        self.source: optuna.Study = study.source if isinstance(study, StudySnapshot) else study
         self._frozen = list(study.get_trials(deepcopy=False) if trials is None else trials)
         self._attrs = dict(study.user_attrs)
 

@@ -19,13 +19,15 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeGuard
 
-import numpy as np
 import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo._fs import read_jsonl
 from grpo.report._snapshot import StudySnapshot, snapshot
+from grpo.report.diagnostics import Flag, diagnose
 
 METRIC_COLUMNS = ["trial", "seed", "iteration", "metric", "value"]
 
@@ -43,16 +45,14 @@ class Frames:
 
     trials: pd.DataFrame
     metrics: pd.DataFrame
-    flags: dict = field(default_factory=dict)
+    flags: dict[int, list[Flag]] = field(default_factory=dict)
 
 
 def collect(study: optuna.Study) -> Frames:
     """Read ``study`` (storage + trial dirs) into ``Frames``; see the module docstring."""
-    from grpo.report.diagnostics import diagnose
-
     snap = snapshot(study)
     dirs = trial_dirs(snap)
-    metrics = read_metrics(snap, dirs)
+    metrics = metrics_frame(snap, dirs)
     flags = diagnose(snap, metrics)
     trials = trials_frame(snap, metrics, flags, dirs)
     return Frames(trials=trials, metrics=metrics, flags=flags)
@@ -73,8 +73,17 @@ def spread_columns(study: optuna.Study) -> list[str]:
     return ["seed_spread"] if n == 1 else [f"seed_spread_{i}" for i in range(n)]
 
 
-def objectives(study: optuna.Study) -> list[dict]:
-    """The study's objectives as ``{"metric", "direction", "reduce"}``, from its ``objectives`` attr.
+@dataclass(frozen=True)
+class Objective:
+    """One objective of a study: the ``metric`` it reduces, ``maximize``/``minimize``, and the reducer."""
+
+    metric: str
+    direction: str
+    reduce: str | None = None
+
+
+def study_objectives(study: optuna.Study) -> list[Objective]:
+    """The study's objectives, from its ``objectives`` attr (the spec's objectives, as the sweep stores them).
 
     A study made outside grpo-sweep has no such attr: its objectives are named ``objective 0``... with
     the study's directions.
@@ -82,11 +91,15 @@ def objectives(study: optuna.Study) -> list[dict]:
     stored = study.user_attrs.get("objectives") or []
     out = []
     for i, direction in enumerate(study.directions):
-        entry = dict(stored[i]) if i < len(stored) and isinstance(stored[i], dict) else {}
-        entry.setdefault("metric", f"objective {i}" if len(study.directions) > 1 else "objective")
-        entry["direction"] = "maximize" if direction == optuna.study.StudyDirection.MAXIMIZE else "minimize"
-        entry.setdefault("reduce", None)
-        out.append(entry)
+        entry = stored[i] if i < len(stored) and isinstance(stored[i], dict) else {}
+        default = f"objective {i}" if len(study.directions) > 1 else "objective"
+        out.append(
+            Objective(
+                metric=str(entry.get("metric") or default),
+                direction="maximize" if direction == optuna.study.StudyDirection.MAXIMIZE else "minimize",
+                reduce=entry.get("reduce"),
+            )
+        )
     return out
 
 
@@ -136,47 +149,35 @@ def trial_dirs(study: optuna.Study) -> dict[int, Path | None]:
     return out
 
 
-def _metric_files(directory: str) -> list[tuple[list[str], int | None]]:
-    """The non-empty lines of a trial dir's ``metrics.jsonl`` files, each with the seed index its folder
-    implies (None: top level).
+def _metric_files(directory: str) -> list[tuple[str, int | None]]:
+    """A trial dir's ``metrics.jsonl`` files, each with the seed index its folder implies (None: top level).
 
     The driver writes every seed into the top-level file (each line carries ``"seed"``); per-seed
     subfolders (``seed<k>/``, ``runs/seed<k>/``) are read only when that file is absent.
     """
-    top = _lines(os.path.join(directory, "metrics.jsonl"))
-    if top is not None:
+    top = os.path.join(directory, "metrics.jsonl")
+    if os.path.isfile(top):
         return [(top, None)]
-    found = []
+    found: list[tuple[str, int | None]] = []
     for pattern in ("seed*/metrics.jsonl", "runs/seed*/metrics.jsonl"):
         for path in sorted(Path(directory).glob(pattern)):
             suffix = path.parent.name[len("seed") :]
-            lines = _lines(str(path))
-            if lines is not None:
-                found.append((lines, int(suffix) if suffix.isdigit() else None))
+            found.append((str(path), int(suffix) if suffix.isdigit() else None))
     return found
 
 
-def _lines(path: str) -> list[str] | None:
-    """The non-empty lines of a text file, or None when it cannot be read (absent, a folder ...)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    return [line for line in (raw.strip() for raw in text.splitlines()) if line]
-
-
-def _seed_values(trial: FrozenTrial) -> list:
+def _seed_values(trial: FrozenTrial) -> list[Any]:
     seeds = trial.user_attrs.get("seeds")
     if isinstance(seeds, list):
         return seeds
     return []
 
 
-_IDS = ("\0trial", "\0seed", "\0iteration")  # id columns of the wide frame (no metric can be named so)
+def _finite_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def read_metrics(study: optuna.Study, dirs: dict[int, Path | None] | None = None) -> pd.DataFrame:
+def metrics_frame(study: optuna.Study, dirs: dict[int, Path | None] | None = None) -> pd.DataFrame:
     """Every trial's ``metrics.jsonl`` as a long frame (``METRIC_COLUMNS``), sorted by trial, seed, iteration.
 
     A line that is not a JSON object with an ``iteration`` (the half-written last line of a running or
@@ -186,98 +187,34 @@ def read_metrics(study: optuna.Study, dirs: dict[int, Path | None] | None = None
     kept (it is a divergence), a metric absent from a line is not.
     """
     dirs = trial_dirs(study) if dirs is None else dirs
-    rows: list[dict] = []  # one per line, metrics + the _IDS keys: melted into the long frame at once
-    nan_rows: list[dict] = []  # the rare lines holding a NaN: kept apart so NaN can mean "missing" in `rows`
+    records: list[tuple[int, int, int, str, float]] = []
     for trial in study.get_trials(deepcopy=False):
         directory = dirs.get(trial.number)
         if directory is None:
             continue
         seeds = _seed_values(trial)
-        for lines, index in _metric_files(str(directory)):
+        for path, index in _metric_files(str(directory)):
             k = index or 0
             default_seed = seeds[k] if k < len(seeds) else k
-            for row, has_nan in _decode_lines(lines):
-                row[_IDS[0]] = trial.number
-                row[_IDS[1]] = default_seed  # the line's own "seed" wins in _long
-                (nan_rows if has_nan else rows).append(row)
-    frame = pd.concat([_long(rows, keep_nan=False), _long(nan_rows, keep_nan=True)], ignore_index=True)
+            for row in read_jsonl(path):
+                iteration, seed = row.get("iteration"), row.get("seed")
+                if not _finite_number(iteration):
+                    continue
+                line_seed = int(seed) if _finite_number(seed) else default_seed
+                records.extend(
+                    (trial.number, line_seed, int(iteration), name, float(value))
+                    for name, value in row.items()
+                    if type(value) in (int, float) and name not in ("iteration", "seed")  # bool is not a number
+                )
+    frame = pd.DataFrame.from_records(records, columns=METRIC_COLUMNS)
     frame = frame.astype({"trial": "int64", "seed": "int64", "iteration": "int64", "value": "float64"})
     frame["metric"] = frame["metric"].astype(str)
     # The later line wins: a stable sort keeps file order within (trial, seed, iteration, metric).
     frame = frame.sort_values(["trial", "seed", "iteration"], kind="stable")
     keys = ["trial", "seed", "iteration", "metric"]
-    if frame.duplicated(subset=keys[:3] + ["metric"]).any():
+    if frame.duplicated(subset=keys).any():
         frame = frame.drop_duplicates(subset=keys, keep="last")
     return frame.reset_index(drop=True)
-
-
-def _numbers(column: pd.Series) -> pd.Series:
-    """A column's numbers as floats, anything else (strings, bools, lists) as NaN."""
-    if pd.api.types.is_numeric_dtype(column) and column.dtype != bool:
-        return column.astype("float64")
-    return pd.Series([float(v) if type(v) in (int, float) else math.nan for v in column], index=column.index)
-
-
-def _long(rows: list[dict], keep_nan: bool) -> pd.DataFrame:
-    """JSON lines (dicts with the ``_IDS`` keys) as long rows; ``keep_nan=False`` drops NaN (= absent).
-
-    Lines without a finite numeric ``iteration`` are dropped; a numeric ``seed`` replaces the default.
-    """
-    if not rows:
-        return pd.DataFrame(
-            {
-                c: pd.Series(dtype="float64" if c == "value" else ("str" if c == "metric" else "int64"))
-                for c in METRIC_COLUMNS
-            }
-        )
-    wide = pd.DataFrame.from_records(rows)
-    wide["\0line"] = range(len(wide))
-    iteration = _numbers(wide["iteration"]) if "iteration" in wide else pd.Series(math.nan, index=wide.index)
-    wide = wide[np.isfinite(iteration.to_numpy())]
-    wide[_IDS[2]] = iteration[wide.index].astype("int64")
-    if "seed" in wide:
-        seed = _numbers(wide["seed"])
-        wide[_IDS[1]] = seed.where(np.isfinite(seed), wide[_IDS[1]]).astype("int64")
-    metrics = [c for c in wide.columns if c not in _IDS and c not in ("\0line", "iteration", "seed")]
-    for name in metrics:
-        wide[name] = _numbers(wide[name])
-    long = wide.melt(id_vars=[*_IDS, "\0line"], value_vars=metrics, var_name="metric", value_name="value")
-    if not keep_nan:
-        long = long[long["value"].notna()]
-    else:  # only the keys a line really had
-        present = {(i, name) for i, row in enumerate(rows) for name in row}
-        long = long[[(i, m) in present for i, m in zip(long["\0line"], long["metric"])]]
-    # Back in line order, each line's metrics in the order the line wrote them (what the sort relies on).
-    long = long.sort_values("\0line", kind="stable")
-    long = long.rename(columns={_IDS[0]: "trial", _IDS[1]: "seed", _IDS[2]: "iteration"})
-    return long[METRIC_COLUMNS]
-
-
-def _decode_lines(lines: list[str]):
-    """``(object, has_nan)`` for each line that is a JSON object; lines that do not decode (a half-written
-    last one) are skipped. All lines are decoded at once when they can be (much faster), else one by one."""
-    nans = [0]
-
-    def constant(name: str) -> float:  # NaN, Infinity, -Infinity
-        nans[0] += name == "NaN"
-        return float(name)
-
-    decoder = json.JSONDecoder(parse_constant=constant)
-    try:
-        rows = decoder.decode("[" + ",".join(lines) + "]")
-        if len(rows) == len(lines) and not nans[0]:
-            yield from ((row, False) for row in rows if isinstance(row, dict))
-            return
-    except ValueError:
-        pass
-    for line in lines:
-        before = nans[0]
-        try:
-            row = decoder.decode(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            yield row, nans[0] > before
 
 
 # ---------------------------------------------------------------------------------- trials frame

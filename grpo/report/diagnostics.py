@@ -19,6 +19,10 @@ Each rule reads the per-iteration metrics (the mean over seeds) of one trial and
 ``k`` is a third of the iterations, between 1 and 3. The trend rules (entropy, format) need at least
 ``MIN_ITERATIONS`` (3) iterations; the others fire from the first iteration.
 
+Each rule is written once, in ``RULES``: a function from the curves' window statistics of *all* trials
+(``Curves``, computed at once with pandas) to the flags of the trials that break it. The same code
+answers for a whole study (``diagnose``) and for one trial's curves (``check_curves``).
+
     from grpo.report.diagnostics import diagnose
     flags = diagnose(study, frames.metrics)   # {trial number: [Flag(name, detail, iteration, metric, value)]}
 """
@@ -26,6 +30,7 @@ Each rule reads the per-iteration metrics (the mean over seeds) of one trial and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,18 +52,7 @@ KL = ("actor/kl_loss", "grpo/kl")
 ACCURACY = ("acc_rewards/mean", "grpo/acc/mean")
 FORMAT = ("strict_format_rewards/mean", "format_rewards/mean")
 RESPONSE_LENGTH = ("response_length/mean",)
-
-RULES = {
-    "entropy_collapse": f"actor/entropy falls to <= {ENTROPY_COLLAPSE_RATIO:.0%} of its starting value",
-    "kl_blowup": (
-        f"actor/kl_loss is non-finite, reaches {KL_BLOWUP_NATS:g}, or ends >= {KL_GROWTH:g}x its start "
-        f"while above {KL_GROWTH_FLOOR:g}"
-    ),
-    "format_without_accuracy": (
-        f"format reward rises by >= {FORMAT_RISE:g} while acc_rewards/mean rises by < {ACCURACY_FLAT:g}"
-    ),
-    "length_pinned": f"response_length/mean stays >= {LENGTH_PINNED_FRACTION:.0%} of max_tokens",
-}
+ROLES = {"entropy": ENTROPY, "kl": KL, "acc": ACCURACY, "format": FORMAT, "length": RESPONSE_LENGTH}
 
 
 @dataclass(frozen=True)
@@ -72,134 +66,241 @@ class Flag:
     value: float
 
 
+class Curves:
+    """Window statistics of one role's curve (say ``kl``) for every trial at once, indexed by trial.
+
+    ``values`` is indexed by (trial, iteration), sorted, and holds the points the role's rule reads.
+    Columns of ``stats``: ``n`` points, ``k`` (the window: a third of ``n``, 1 to 3), ``start`` / ``end``
+    (mean of the first / last ``k`` of ``windowed``, which defaults to ``values``), ``last_iteration`` /
+    ``last_value``, ``tail_iteration`` / ``tail_value`` (the first point of the last window).
+    """
+
+    def __init__(self, name: str, values: pd.Series, windowed: pd.Series | None = None):
+        windowed = values if windowed is None else windowed
+        self.name = name
+        self.values = values
+        self.trials = values.index.get_level_values(0).to_numpy()
+        self.iterations = values.index.get_level_values(1).to_numpy()
+        grouped = values.groupby(level=0, sort=False)
+        position = grouped.cumcount().to_numpy()
+        n = grouped.transform("size").to_numpy()
+        k = np.clip(n // 3, 1, 3)
+        tail, last = position == n - k, position == n - 1
+        y = values.to_numpy(dtype=float)
+        self.stats = pd.DataFrame(
+            {
+                "n": grouped.size(),
+                "k": pd.Series(k[last], index=self.trials[last]),
+                "start": windowed[position < k].groupby(level=0, sort=False).mean(),
+                "end": windowed[position >= n - k].groupby(level=0, sort=False).mean(),
+                "last_iteration": pd.Series(self.iterations[last], index=self.trials[last]),
+                "last_value": pd.Series(y[last], index=self.trials[last]),
+                "tail_iteration": pd.Series(self.iterations[tail], index=self.trials[tail]),
+                "tail_value": pd.Series(y[tail], index=self.trials[tail]),
+            }
+        )
+
+    def first_where(self, mask: np.ndarray) -> pd.DataFrame:
+        """Per trial, the first point where ``mask`` (aligned with ``values``) holds: ``iteration``, ``value``."""
+        hit = pd.DataFrame(
+            {"iteration": self.iterations[mask], "value": self.values.to_numpy(dtype=float)[mask]},
+            index=self.trials[mask],
+        )
+        return hit[~hit.index.duplicated(keep="first")]
+
+    def per_point(self, column: pd.Series) -> np.ndarray:
+        """A per-trial ``column`` (indexed by trial) spread onto every point of that trial."""
+        return column.reindex(self.trials).to_numpy(dtype=float)
+
+
+# A rule: (curves by role, max_tokens by trial) -> {trial: Flag} for the trials that break it.
+Check = Callable[[Mapping[str, Curves], Mapping[int, int | None]], dict[int, Flag]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    explanation: str  # one line, for the report's list of rules
+    check: Check
+
+
+def _entropy_collapse(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
+    c = curves.get("entropy")
+    if c is None:
+        return {}
+    s = c.stats
+    fired = s[(s["n"] >= MIN_ITERATIONS) & (s["start"] > 0) & (s["end"] <= ENTROPY_COLLAPSE_RATIO * s["start"])]
+    if fired.empty:
+        return {}
+    # Where it shows: the first point at or below the threshold (the window mean is, so one point is).
+    at = c.first_where(c.values.to_numpy(dtype=float) <= ENTROPY_COLLAPSE_RATIO * c.per_point(fired["start"]))
+    return {
+        int(t): Flag(
+            "entropy_collapse",
+            f"{c.name} fell from {r.start:.3g} to {r.end:.3g} ({r.end / r.start:.0%})",
+            int(at.at[t, "iteration"]),
+            c.name,
+            float(at.at[t, "value"]),
+        )
+        for t, r in fired.iterrows()
+    }
+
+
+def _kl_blowup(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
+    c = curves.get("kl")  # NaN points are dropped, infinite ones kept: they are the blow-up
+    if c is None:
+        return {}
+    y = c.values.to_numpy(dtype=float)
+    s = c.stats  # windows over |kl| (see _curves)
+    broken, high = c.first_where(~np.isfinite(y)), c.first_where(np.abs(y) >= KL_BLOWUP_NATS)
+    grown = s[(s["n"] >= MIN_ITERATIONS) & (s["end"] > KL_GROWTH_FLOOR) & (s["end"] >= KL_GROWTH * s["start"])]
+    out: dict[int, Flag] = {}
+    for t, r in grown.iterrows():
+        detail = f"{c.name} grew from {r.start:.3g} to {r.end:.3g}"
+        out[int(t)] = Flag("kl_blowup", detail, int(r.last_iteration), c.name, float(r.last_value))
+    for t, r in high.iterrows():  # reaching the limit is the clearer story: it replaces growth
+        detail = f"{c.name} reached {r.value:.3g} at iteration {int(r.iteration)}"
+        out[int(t)] = Flag("kl_blowup", detail, int(r.iteration), c.name, float(r.value))
+    for t, r in broken.iterrows():  # a non-finite KL says most: it replaces both
+        detail = f"{c.name} became {r.value} at iteration {int(r.iteration)}"
+        out[int(t)] = Flag("kl_blowup", detail, int(r.iteration), c.name, math.nan)
+    return out
+
+
+def _format_without_accuracy(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
+    fmt, acc = curves.get("format"), curves.get("acc")
+    if fmt is None or acc is None:
+        return {}
+    both = fmt.stats.join(acc.stats.add_suffix("_acc"), how="inner")
+    rise, gain = both["end"] - both["start"], both["end_acc"] - both["start_acc"]
+    enough = (both["n"] >= MIN_ITERATIONS) & (both["n_acc"] >= MIN_ITERATIONS)
+    fired = both[enough & (rise >= FORMAT_RISE) & (gain < ACCURACY_FLAT)]
+    return {
+        int(t): Flag(
+            "format_without_accuracy",
+            f"{fmt.name} rose by {rise[t]:+.2f} while {acc.name} changed by {gain[t]:+.2f}",
+            int(r.last_iteration),
+            fmt.name,
+            float(r.last_value),
+        )
+        for t, r in fired.iterrows()
+    }
+
+
+def _length_pinned(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
+    c = curves.get("length")
+    if c is None:
+        return {}
+    s = c.stats
+    cap = pd.Series({n: v for n, v in caps.items() if v}, dtype="float64").reindex(s.index)
+    fired = s[s["end"] >= LENGTH_PINNED_FRACTION * cap]  # no cap: NaN, never fires
+    return {
+        int(t): Flag(
+            "length_pinned",
+            f"{c.name} averages {r.end:.0f} of max_tokens {int(cap[t])} over the last {int(r.k)} iteration(s)",
+            int(r.tail_iteration),
+            c.name,
+            float(r.tail_value),
+        )
+        for t, r in fired.iterrows()
+    }
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "entropy_collapse",
+        f"actor/entropy falls to <= {ENTROPY_COLLAPSE_RATIO:.0%} of its starting value",
+        _entropy_collapse,
+    ),
+    Rule(
+        "kl_blowup",
+        f"actor/kl_loss is non-finite, reaches {KL_BLOWUP_NATS:g}, or ends >= {KL_GROWTH:g}x its start "
+        f"while above {KL_GROWTH_FLOOR:g}",
+        _kl_blowup,
+    ),
+    Rule(
+        "format_without_accuracy",
+        f"format reward rises by >= {FORMAT_RISE:g} while acc_rewards/mean rises by < {ACCURACY_FLAT:g}",
+        _format_without_accuracy,
+    ),
+    Rule(
+        "length_pinned",
+        f"response_length/mean stays >= {LENGTH_PINNED_FRACTION:.0%} of max_tokens",
+        _length_pinned,
+    ),
+)
+
+
 def max_tokens(trial: optuna.trial.FrozenTrial) -> int | None:
     """``generate_config.sampling_config.max_tokens`` from the trial's ``config`` attr, if recorded."""
     config = trial.user_attrs.get("config")
     try:
-        value = config["generate_config"]["sampling_config"]["max_tokens"]
+        value = config["generate_config"]["sampling_config"]["max_tokens"]  # type: ignore[index]
     except (KeyError, TypeError):
         return None
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def evaluate(
+    wide: pd.DataFrame, names: Mapping[str, str | None], caps: Mapping[int, int | None]
+) -> dict[int, list[Flag]]:
+    """Every rule over ``wide`` (index (trial, iteration), sorted; a column per metric name; NaN = missing).
+
+    ``names[role]`` is the metric each role reads. Returns the flags of the trials with at least one,
+    in ``RULES`` order.
+    """
+    curves = _curves(wide, names)
+    out: dict[int, list[Flag]] = {}
+    for rule in RULES:
+        for number, flag in sorted(rule.check(curves, caps).items()):
+            out.setdefault(number, []).append(flag)
+    return dict(sorted(out.items()))
+
+
+def _curves(wide: pd.DataFrame, names: Mapping[str, str | None]) -> dict[str, Curves]:
+    out: dict[str, Curves] = {}
+    for role, name in names.items():
+        if name is None or name not in wide:
+            continue
+        column = wide[name].astype("float64")
+        values = column.to_numpy()
+        if role == "kl":  # NaN is missing, +-inf is kept (the rule flags it); windows over |kl|
+            column = column[~np.isnan(values)]
+            if len(column):
+                out[role] = Curves(name, column, windowed=column.abs())
+            continue
+        column = column[np.isfinite(values)]
+        if len(column):
+            out[role] = Curves(name, column)
+    return out
 
 
 def diagnose(study: optuna.Study, metrics: pd.DataFrame) -> dict[int, list[Flag]]:
     """Every trial's flags (only trials with at least one flag appear); see the module docstring."""
     if metrics.empty:
         return {}
-    roles = {
-        role: _pick(metrics, names)
-        for role, names in (
-            ("entropy", ENTROPY),
-            ("kl", KL),
-            ("acc", ACCURACY),
-            ("format", FORMAT),
-            ("length", RESPONSE_LENGTH),
-        )
-    }
-    wanted = [m for m in roles.values() if m is not None]
+    present = set(metrics["metric"].unique())
+    names = {role: _pick(present, candidates) for role, candidates in ROLES.items()}
+    wanted = [m for m in names.values() if m is not None]
     if not wanted:
         return {}
     part = metrics[metrics["metric"].isin(wanted)]
     # Mean over seeds: one value per trial, iteration and metric.
     wide = part.groupby(["trial", "iteration", "metric"], sort=True)["value"].mean().unstack("metric")
     caps = {t.number: max_tokens(t) for t in study.get_trials(deepcopy=False)}
-    # Rows are sorted by trial: slice plain numpy arrays per trial (a pandas groupby costs ~1 ms a group).
-    trials = wide.index.get_level_values(0).to_numpy()
-    iterations = wide.index.get_level_values(1).to_numpy()
-    columns = {role: wide[name].to_numpy(dtype=float) for role, name in roles.items() if name in wide}
-    starts = np.flatnonzero(np.r_[True, trials[1:] != trials[:-1]])
-    ends = np.r_[starts[1:], len(trials)]
-    suspects = _suspects(wide, roles, caps)
-    out: dict[int, list[Flag]] = {}
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        number = int(trials[a])
-        if number not in suspects:
-            continue
-        series = {role: values[a:b] for role, values in columns.items()}
-        flags = check_curves(iterations[a:b], series, roles, caps.get(number))
-        if flags:
-            out[number] = flags
-    return out
+    return evaluate(wide, names, caps)
 
 
-_EPS = 1e-9  # the screen below is a little more lenient than the rules, so it never misses a flag
+def check_curves(
+    iterations: np.ndarray, series: Mapping[str, np.ndarray], names: Mapping[str, str | None], cap: int | None
+) -> list[Flag]:
+    """The flags of one trial from its curves (``series[role]`` aligned with ``iterations``; NaN = missing)."""
+    index = pd.MultiIndex.from_arrays([np.zeros(len(iterations), dtype=int), np.asarray(iterations)])
+    wide = pd.DataFrame({names[role]: np.asarray(values, dtype=float) for role, values in series.items()}, index=index)
+    return evaluate(wide, {role: names[role] for role in series}, {0: cap}).get(0, [])
 
 
-def _windows(values: pd.Series) -> pd.DataFrame:
-    """Per trial (level 0 of the index): ``n`` values, the mean of the first and of the last ``k`` (the
-    rules' window), computed for all trials at once."""
-    grouped = values.groupby(level=0, sort=False)
-    position = grouped.cumcount().to_numpy()
-    n = grouped.transform("size").to_numpy()
-    k = np.clip(n // 3, 1, 3)
-    return pd.DataFrame(
-        {
-            "n": grouped.size(),
-            "start": values[position < k].groupby(level=0, sort=False).mean(),
-            "end": values[position >= n - k].groupby(level=0, sort=False).mean(),
-        }
-    )
-
-
-def _suspects(wide: pd.DataFrame, names: dict[str, str | None], caps: dict[int, int | None]) -> set[int]:
-    """Trials that may break a rule, screened for all trials at once with the rules' own window means.
-
-    ``check_curves`` then decides (and words) each flag for these trials only: calling it for each of
-    10,000 trials costs more than the rest of the diagnostics.
-    """
-
-    def finite(role):
-        name = names.get(role)
-        if name is None or name not in wide:
-            return None
-        column = wide[name]
-        return column[np.isfinite(column.to_numpy())]
-
-    out: set[int] = set()
-    entropy = finite("entropy")
-    if entropy is not None and len(entropy):
-        w = _windows(entropy)
-        hit = (
-            (w["n"] >= MIN_ITERATIONS)
-            & (w["start"] > 0)
-            & (w["end"] <= ENTROPY_COLLAPSE_RATIO * w["start"] * (1 + _EPS))
-        )
-        out.update(w.index[hit].tolist())
-    if names.get("kl") is not None and names["kl"] in wide:
-        kl = wide[names["kl"]]
-        kl = kl[kl.notna()].abs()
-        if len(kl):
-            broken = kl.groupby(level=0, sort=False).max() >= KL_BLOWUP_NATS * (1 - _EPS)  # inf counts here too
-            w = _windows(kl)
-            grown = (
-                (w["n"] >= MIN_ITERATIONS)
-                & (w["end"] > KL_GROWTH_FLOOR * (1 - _EPS))
-                & (w["end"] >= KL_GROWTH * w["start"] * (1 - _EPS))
-            )
-            out.update(broken.index[broken].tolist())
-            out.update(w.index[grown].tolist())
-    fmt, acc = finite("format"), finite("acc")
-    if fmt is not None and acc is not None and len(fmt) and len(acc):
-        f, a = _windows(fmt), _windows(acc)
-        both = f.add_suffix("_f").join(a.add_suffix("_a"), how="inner")
-        hit = (
-            (both["n_f"] >= MIN_ITERATIONS)
-            & (both["n_a"] >= MIN_ITERATIONS)
-            & (both["end_f"] - both["start_f"] >= FORMAT_RISE - _EPS)
-            & (both["end_a"] - both["start_a"] < ACCURACY_FLAT + _EPS)
-        )
-        out.update(both.index[hit].tolist())
-    length = finite("length")
-    if length is not None and len(length):
-        w = _windows(length)
-        cap = pd.Series({n: c for n, c in caps.items() if c}, dtype="float64").reindex(w.index)
-        hit = w["end"] >= LENGTH_PINNED_FRACTION * cap * (1 - _EPS)
-        out.update(w.index[hit].tolist())  # no cap: NaN, never a hit
-    return {int(n) for n in out}
-
-
-def _pick(metrics: pd.DataFrame, names: tuple[str, ...]) -> str | None:
-    present = set(metrics["metric"].unique())
+def _pick(present: set[str], names: tuple[str, ...]) -> str | None:
     for name in names:
         if name in present:
             return name
@@ -208,101 +309,3 @@ def _pick(metrics: pd.DataFrame, names: tuple[str, ...]) -> str | None:
             if "format" in name and name.endswith("_rewards/mean"):
                 return name
     return None
-
-
-def _window(n: int) -> int:
-    return max(1, min(3, n // 3))
-
-
-def check_curves(
-    iterations: np.ndarray, series: dict[str, np.ndarray], names: dict[str, str | None], cap: int | None
-) -> list[Flag]:
-    """The flags of one trial from its curves (``series[role]`` aligned with ``iterations``; NaN = missing)."""
-    flags = []
-    entropy = _finite(iterations, series.get("entropy"))
-    if entropy is not None and len(entropy[1]) >= MIN_ITERATIONS:
-        its, ys = entropy
-        k = _window(len(ys))
-        start, end = ys[:k].mean(), ys[-k:].mean()
-        if start > 0 and end <= ENTROPY_COLLAPSE_RATIO * start:
-            at = int(np.argmax(ys <= ENTROPY_COLLAPSE_RATIO * start))
-            flags.append(
-                Flag(
-                    "entropy_collapse",
-                    f"{names['entropy']} fell from {start:.3g} to {end:.3g} ({end / start:.0%})",
-                    int(its[at]),
-                    names["entropy"],
-                    float(ys[at]),
-                )
-            )
-
-    kl = series.get("kl")
-    if kl is not None:
-        flag = _kl_flag(iterations, kl, names["kl"])
-        if flag:
-            flags.append(flag)
-
-    fmt, acc = _finite(iterations, series.get("format")), _finite(iterations, series.get("acc"))
-    if fmt is not None and acc is not None and min(len(fmt[1]), len(acc[1])) >= MIN_ITERATIONS:
-        k_f, k_a = _window(len(fmt[1])), _window(len(acc[1]))
-        rise = fmt[1][-k_f:].mean() - fmt[1][:k_f].mean()
-        gain = acc[1][-k_a:].mean() - acc[1][:k_a].mean()
-        if rise >= FORMAT_RISE and gain < ACCURACY_FLAT:
-            flags.append(
-                Flag(
-                    "format_without_accuracy",
-                    f"{names['format']} rose by {rise:+.2f} while {names['acc']} changed by {gain:+.2f}",
-                    int(fmt[0][-1]),
-                    names["format"],
-                    float(fmt[1][-1]),
-                )
-            )
-
-    length = _finite(iterations, series.get("length"))
-    if length is not None and cap:
-        its, ys = length
-        k = _window(len(ys))
-        tail = ys[-k:].mean()
-        if tail >= LENGTH_PINNED_FRACTION * cap:
-            flags.append(
-                Flag(
-                    "length_pinned",
-                    f"{names['length']} averages {tail:.0f} of max_tokens {cap} over the last {k} iteration(s)",
-                    int(its[-k]),
-                    names["length"],
-                    float(ys[-k]),
-                )
-            )
-    return flags
-
-
-def _kl_flag(iterations: np.ndarray, kl: np.ndarray, name: str) -> Flag | None:
-    present = ~np.isnan(kl)
-    its, ys = iterations[present], kl[present]
-    if len(ys) == 0:
-        return None
-    bad = ~np.isfinite(ys)
-    if bad.any():
-        at = int(np.argmax(bad))
-        return Flag("kl_blowup", f"{name} became {ys[at]} at iteration {its[at]}", int(its[at]), name, math.nan)
-    high = np.abs(ys) >= KL_BLOWUP_NATS
-    if high.any():
-        at = int(np.argmax(high))
-        return Flag(
-            "kl_blowup", f"{name} reached {ys[at]:.3g} at iteration {its[at]}", int(its[at]), name, float(ys[at])
-        )
-    k = _window(len(ys))
-    start, end = np.abs(ys[:k]).mean(), np.abs(ys[-k:]).mean()
-    if len(ys) >= MIN_ITERATIONS and end > KL_GROWTH_FLOOR and end >= KL_GROWTH * start:
-        return Flag("kl_blowup", f"{name} grew from {start:.3g} to {end:.3g}", int(its[-1]), name, float(ys[-1]))
-    return None
-
-
-def _finite(iterations: np.ndarray, values: np.ndarray | None):
-    """(iterations, values) where the value is finite, or None when there is none."""
-    if values is None:
-        return None
-    keep = np.isfinite(values)
-    if not keep.any():
-        return None
-    return iterations[keep], values[keep]

@@ -11,16 +11,17 @@ renamed, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import optuna
 import pandas as pd
 
+from grpo._fs import atomic_write
 from grpo.errors import UserError
-from grpo.report._io import atomic_write
 from grpo.report.collect import Frames, collect
 
-FORMATS = {"csv": "csv", "parquet": "parquet", "json": "json"}
+FORMATS = ("csv", "parquet", "json")
 
 
 def export(study: optuna.Study, fmt: str, out_dir: Path, frames: Frames | None = None) -> list[Path]:
@@ -34,8 +35,8 @@ def export(study: optuna.Study, fmt: str, out_dir: Path, frames: Frames | None =
     out_dir = Path(out_dir)
     written = []
     for name, frame in (("trials", frames.trials), ("metrics", frames.metrics)):
-        path = out_dir / f"{name}.{FORMATS[fmt]}"
-        written.append(atomic_write(path, lambda tmp, frame=frame: _write(frame, fmt, tmp)))
+        path = out_dir / f"{name}.{fmt}"
+        written.append(atomic_write(path, functools.partial(_write, frame, fmt)))
     return written
 
 

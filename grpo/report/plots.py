@@ -14,14 +14,23 @@ Big studies stay fast and small because every plot has a budget:
   random forest grows faster than linearly) and Optuna's PED-ANOVA evaluator beyond.
 - Learning curves draw at most ``MAX_CURVE_TRIALS`` trials (every trial of a smaller study), each curve
   thinned to ``MAX_CURVE_POINTS`` points.
+- The report's own figures (learning curves, compute) are plotly figure JSON: the layout from
+  ``make_subplots``, the traces appended as plain dicts (thousands of validated graph objects would
+  cost more than the rest of the report).
+
+Every plot that shows trials marks the best trial (``grpo.report.best.best_trial``) the same way: a
+red star (``BEST_MARKER``), or a black, thicker line for curves.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import optuna
@@ -29,10 +38,12 @@ import plotly.graph_objects as go
 from optuna import visualization as ov
 from optuna.importance import BaseImportanceEvaluator, FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
+from plotly.subplots import make_subplots
 
 from grpo.report import diagnostics
 from grpo.report._snapshot import StudySnapshot, snapshot
-from grpo.report.collect import Frames, objectives
+from grpo.report.best import best_trial, ranked, sign
+from grpo.report.collect import Frames, Objective, study_objectives
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +64,10 @@ CURVE_METRICS = (
     ("response length", diagnostics.RESPONSE_LENGTH),
 )
 
-STATE_STYLE = {  # how a trial's curve looks: pruned and failed ones must stand out
+BEST_MARKER = {"symbol": "star", "size": 16, "color": "#d62728", "line": {"color": "#000000", "width": 1}}
+BEST_LINE_COLOR, BEST_LINE_WIDTH = "#000000", 2.2  # the best trial's curve: black, 2.2x as wide
+
+STATE_STYLE: dict[str, dict[str, Any]] = {  # how a trial's curve looks: pruned and failed ones must stand out
     "COMPLETE": {"dash": "solid", "color": None, "width": 1.6},
     "RUNNING": {"dash": "dashdot", "color": None, "width": 1.4},
     "PRUNED": {"dash": "dash", "color": "#9a9a9a", "width": 1.2},
@@ -67,7 +81,7 @@ class Panel:
 
     id: str
     title: str
-    figure: go.Figure | dict | None = None  # a plotly figure or plotly figure JSON
+    figure: go.Figure | dict[str, Any] | None = None  # a plotly figure or plotly figure JSON
     note: str | None = None
     caption: str | None = None
 
@@ -75,45 +89,50 @@ class Panel:
 def panels(study: optuna.Study, frames: Frames) -> list[Panel]:
     """Every plot of the report, in report order (Pareto only for multi-objective studies)."""
     snap = snapshot(study)
-    goals = objectives(snap)
+    goals = study_objectives(snap)
     complete = snap.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     params = sorted({p for t in complete for p in t.params})
     multi = len(goals) > 1
+    best = best_trial(snap)
     out: list[Panel] = []
 
     for i, goal in enumerate(goals):
-        suffix = f" ({goal['metric']})" if multi else ""
+        suffix = f" ({goal.metric})" if multi else ""
         target, name = _target(i, goal, multi)
         out.append(
             _guard(
                 f"history{i}",
                 f"Optimisation history{suffix}",
                 _need(complete, 1, params=None),
-                lambda: ov.plot_optimization_history(snap, target=target, target_name=name),
-                caption="Every finished trial's value and the best value so far.",
+                lambda target=target, name=name, i=i: _star_history(  # type: ignore[misc]
+                    ov.plot_optimization_history(snap, target=target, target_name=name), best, i
+                ),
+                caption="Every finished trial's value and the best value so far; the star is the best trial.",
             )
         )
     importances: dict[str, float] = {}
     for i, goal in enumerate(goals):
-        suffix = f" ({goal['metric']})" if multi else ""
+        suffix = f" ({goal.metric})" if multi else ""
         target, name = _target(i, goal, multi)
         panel, result = _importances(snap, complete, params, target, name, f"importances{i}", suffix)
         out.append(panel)
         if i == 0:
             importances = result
 
-    sample = snap.subset(sample_trials(complete, MAX_PLOT_TRIALS, snap))
+    sample = snap.subset(sample_trials(snap, MAX_PLOT_TRIALS))
     note = _sample_note(len(sample.get_trials()), len(complete))
     target, name = _target(0, goals[0], multi)
-    first = f" ({goals[0]['metric']})" if multi else ""  # several objectives: these plots show the first
-    parallel = snap.subset(sample_trials(complete, MAX_PARALLEL_TRIALS, snap))
+    first = f" ({goals[0].metric})" if multi else ""  # several objectives: these plots show the first
+    parallel = snap.subset(sample_trials(snap, MAX_PARALLEL_TRIALS))
     out.append(
         _guard(
             "parallel",
             f"Parallel coordinates{first}",
             _need(complete, 1, params),
-            lambda: ov.plot_parallel_coordinate(parallel, target=target, target_name=name),
-            caption=_sample_note(len(parallel.get_trials()), len(complete)),
+            lambda: _best_line_on_top(
+                ov.plot_parallel_coordinate(parallel, target=target, target_name=name), parallel, best, target
+            ),
+            caption=_joined("The red line is the best trial.", _sample_note(len(parallel.get_trials()), len(complete))),
         )
     )
     out.append(
@@ -121,15 +140,15 @@ def panels(study: optuna.Study, frames: Frames) -> list[Panel]:
             "slice",
             f"Slice plots{first}",
             _need(complete, 1, params),
-            lambda: ov.plot_slice(sample, target=target, target_name=name),
-            caption=note,
+            lambda: _star_slices(ov.plot_slice(sample, target=target, target_name=name), best),
+            caption=_joined("The star is the best trial.", note),
         )
     )
 
-    top2 = [p for p in sorted(importances, key=importances.get, reverse=True)][:2]
+    top2 = [p for p in sorted(importances, key=lambda p: importances[p], reverse=True)][:2]
     if len(top2) < 2:
         top2 = params[:2]
-    contour_sample = snap.subset(sample_trials(complete, MAX_CONTOUR_TRIALS, snap))
+    contour_sample = snap.subset(sample_trials(snap, MAX_CONTOUR_TRIALS))
     contour_why = _need(complete, 2, params) or (None if len(params) >= 2 else "needs at least 2 parameters")
     out.append(
         _guard(
@@ -138,12 +157,14 @@ def panels(study: optuna.Study, frames: Frames) -> list[Panel]:
             + (f": {top2[0]} x {top2[1]}" if len(top2) == 2 else "")
             + first,
             contour_why,
-            lambda: ov.plot_contour(contour_sample, params=top2, target=target, target_name=name),
-            caption=_sample_note(len(contour_sample.get_trials()), len(complete)),
+            lambda: _star_contour(ov.plot_contour(contour_sample, params=top2, target=target, target_name=name), best),
+            caption=_joined(
+                "The star is the best trial.", _sample_note(len(contour_sample.get_trials()), len(complete))
+            ),
         )
     )
     if multi:
-        out.append(_pareto(snap, complete, goals))
+        out.append(_pareto(snap, complete, goals, best))
     out.append(
         _guard(
             "curves",
@@ -153,29 +174,33 @@ def panels(study: optuna.Study, frames: Frames) -> list[Panel]:
         )
     )
     for i, goal in enumerate(goals):
-        suffix = f" ({goal['metric']})" if multi else ""
+        suffix = f" ({goal.metric})" if multi else ""
         out.append(
             _guard(
                 f"compute{i}",
                 f"Objective against compute{suffix}",
                 None if len(frames.trials) else "no trials yet",
-                lambda i=i: objective_vs_compute(snap, frames, i),
+                functools.partial(objective_vs_compute, snap, frames, i),
                 caption="Left: each trial's value against the device-seconds it used (pruned trials at "
-                "their last reported value). Right: the best value so far against the study's "
-                "cumulative compute.",
+                "their last reported value; the star is the best trial). Right: the best value so far "
+                "against the study's cumulative compute.",
             )
         )
     return out
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _target(i: int, goal: dict, multi: bool) -> tuple[Callable[[FrozenTrial], float] | None, str]:
+def _target(i: int, goal: Objective, multi: bool) -> tuple[Callable[[FrozenTrial], float] | None, str]:
     if not multi:
-        return None, goal["metric"]
-    return (lambda t: t.values[i]), goal["metric"]
+        return None, goal.metric
+    return (lambda t: t.values[i]), goal.metric
 
 
-def _need(complete: list, n: int, params: list | None) -> str | None:
+def _joined(*sentences: str | None) -> str | None:
+    return " ".join(s for s in sentences if s) or None
+
+
+def _need(complete: Sequence[FrozenTrial], n: int, params: Sequence[str] | None) -> str | None:
     """Why a plot cannot be drawn yet (None: it can)."""
     if len(complete) < n:
         return f"needs at least {n} completed trial{'s' if n > 1 else ''} ({len(complete)} so far)"
@@ -185,7 +210,11 @@ def _need(complete: list, n: int, params: list | None) -> str | None:
 
 
 def _guard(
-    id: str, title: str, why_not: str | None, draw: Callable[[], go.Figure | dict], caption: str | None = None
+    id: str,
+    title: str,
+    why_not: str | None,
+    draw: Callable[[], go.Figure | dict[str, Any]],
+    caption: str | None = None,
 ) -> Panel:
     """A panel from ``draw()``; a note instead when ``why_not`` or when drawing raised.
 
@@ -216,16 +245,15 @@ def _sample_note(shown: int, total: int) -> str | None:
     )
 
 
-def sample_trials(trials: list[FrozenTrial], cap: int, study: optuna.Study) -> list[FrozenTrial]:
-    """At most ``cap`` of ``trials`` (completed ones): the best ``cap // 2`` and an even spread of the rest.
+def sample_trials(study: optuna.Study, cap: int) -> list[FrozenTrial]:
+    """At most ``cap`` of the study's completed trials: the best ``cap // 2`` and an even spread of the rest.
 
-    Deterministic, in trial-number order. Best means by the first objective in the study's direction.
+    Deterministic, in trial-number order. Best means by the first objective (``grpo.report.best.ranked``).
     """
-    if len(trials) <= cap:
-        return list(trials)
-    sign = -1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else 1.0
-    ranked = sorted(trials, key=lambda t: sign * t.values[0])
-    best, rest = ranked[: cap // 2], ranked[cap // 2 :]
+    order = ranked(study)
+    if len(order) <= cap:
+        return sorted(order, key=lambda t: t.number)
+    best, rest = order[: cap // 2], order[cap // 2 :]
     rest = sorted(rest, key=lambda t: t.number)
     picks = np.linspace(0, len(rest) - 1, cap - len(best)).round().astype(int)
     chosen = best + [rest[i] for i in sorted(set(picks.tolist()))]
@@ -239,12 +267,26 @@ class _Remembering(BaseImportanceEvaluator):
         self.inner = inner
         self.result: dict[str, float] = {}
 
-    def evaluate(self, study, params=None, *, target=None):
+    def evaluate(
+        self,
+        study: optuna.Study,
+        params: list[str] | None = None,
+        *,
+        target: Callable[[FrozenTrial], float] | None = None,
+    ) -> dict[str, float]:
         self.result = dict(self.inner.evaluate(study, params=params, target=target))
         return self.result
 
 
-def _importances(snap: StudySnapshot, complete, params, target, name, id, suffix) -> tuple[Panel, dict[str, float]]:
+def _importances(
+    snap: StudySnapshot,
+    complete: Sequence[FrozenTrial],
+    params: Sequence[str],
+    target: Callable[[FrozenTrial], float] | None,
+    name: str,
+    id: str,
+    suffix: str,
+) -> tuple[Panel, dict[str, float]]:
     title = f"Parameter importances{suffix}"
     why = _need(complete, 2, params)
     if why:
@@ -266,8 +308,10 @@ def _importances(snap: StudySnapshot, complete, params, target, name, id, suffix
     return panel, evaluator.result
 
 
-def _pareto(snap: StudySnapshot, complete, goals) -> Panel:
-    names = [g["metric"] for g in goals]
+def _pareto(
+    snap: StudySnapshot, complete: Sequence[FrozenTrial], goals: Sequence[Objective], best: FrozenTrial | None
+) -> Panel:
+    names = [g.metric for g in goals]
     if len(names) > 3:
         return Panel(
             "pareto",
@@ -275,7 +319,7 @@ def _pareto(snap: StudySnapshot, complete, goals) -> Panel:
             note=f"Optuna draws Pareto fronts of 2 or 3 objectives; this study has {len(names)}",
         )
     front = {t.number for t in snap.best_trials} if complete else set()
-    sample = sample_trials(complete, MAX_PLOT_TRIALS, snap)
+    sample = sample_trials(snap, MAX_PLOT_TRIALS)
     chosen = sorted(
         {t.number: t for t in [*sample, *(t for t in complete if t.number in front)]}.values(), key=lambda t: t.number
     )
@@ -284,8 +328,9 @@ def _pareto(snap: StudySnapshot, complete, goals) -> Panel:
         "pareto",
         "Pareto front",
         _need(complete, 1, None),
-        lambda: ov.plot_pareto_front(sub, target_names=names),
-        caption=f"{len(front)} Pareto-optimal trial(s). " + (_sample_note(len(chosen), len(complete)) or ""),
+        lambda: _star_pareto(ov.plot_pareto_front(sub, target_names=names), best),
+        caption=f"{len(front)} Pareto-optimal trial(s); the star is the one best on the first objective. "
+        + (_sample_note(len(chosen), len(complete)) or ""),
     )
 
 
@@ -300,9 +345,7 @@ def curve_trials(snap: StudySnapshot, cap: int = MAX_CURVE_TRIALS) -> list[Froze
     trials = [t for t in snap.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
     if len(trials) <= cap:
         return trials
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    sign = -1.0 if snap.directions[0] == optuna.study.StudyDirection.MAXIMIZE else 1.0
-    best = sorted(complete, key=lambda t: sign * t.values[0])[: int(cap * 0.6)]
+    best = ranked(snap)[: int(cap * 0.6)]
     running = [t for t in trials if t.state == TrialState.RUNNING][: cap // 10]
     others = [t for t in trials if t.state in (TrialState.PRUNED, TrialState.FAIL)]
     room = cap - len(best) - len(running)
@@ -314,7 +357,7 @@ def curve_trials(snap: StudySnapshot, cap: int = MAX_CURVE_TRIALS) -> list[Froze
     return sorted([*best, *running, *others], key=lambda t: t.number)
 
 
-def _thin(x: np.ndarray, y: np.ndarray, cap: int = MAX_CURVE_POINTS) -> tuple[list, list]:
+def _thin(x: np.ndarray, y: np.ndarray, cap: int = MAX_CURVE_POINTS) -> tuple[list[float], list[float | None]]:
     """At most ``cap`` evenly spaced points of a curve, always keeping the first and the last."""
     if len(x) > cap:
         keep = np.unique(np.linspace(0, len(x) - 1, cap).round().astype(int))
@@ -322,57 +365,46 @@ def _thin(x: np.ndarray, y: np.ndarray, cap: int = MAX_CURVE_POINTS) -> tuple[li
     return x.tolist(), [None if not np.isfinite(v) else float(v) for v in y]
 
 
-def _grid(n: int, titles: list[str], height: int) -> tuple[dict, list[tuple[str, str]]]:
-    """Layout of ``n`` subplots in two columns (plotly figure JSON) and each cell's (xaxis, yaxis) refs.
-
-    The report's own figures are plain plotly JSON, the same layout ``make_subplots`` produces: a study
-    of thousands of trials makes hundreds of traces, and building validated graph objects would cost
-    more than the rest of the report.
-    """
+def _grid(n: int, titles: list[str], height: int) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Layout JSON of ``n`` subplots in two columns (``make_subplots``) and each cell's (xaxis, yaxis) refs."""
     cols = 2 if n > 1 else 1
     rows = max(1, -(-n // cols))
-    hgap, vgap = 0.08, min(0.1, 0.3 / rows)
-    width, tall = (1 - hgap * (cols - 1)) / cols, (1 - vgap * (rows - 1)) / rows
-    layout: dict = {"height": max(height, 290 * rows), "hovermode": "closest", "annotations": []}
+    specs: list[list[dict[str, Any] | None]] = [
+        [{} if r * cols + c < n else None for c in range(cols)] for r in range(rows)
+    ]
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        specs=specs,
+        subplot_titles=titles,
+        horizontal_spacing=0.08,
+        vertical_spacing=min(0.1, 0.3 / rows),
+    )
+    layout = fig.layout.to_plotly_json()
+    layout.pop("template", None)  # plotly.js's defaults: the same look, 10 kB less per figure
+    layout.update(height=max(height, 290 * rows), hovermode="closest")
     refs = []
     for k in range(n):
-        r, c = divmod(k, cols)
-        x0, y1 = c * (width + hgap), 1 - r * (tall + vgap)
-        suffix = "" if k == 0 else str(k + 1)
-        layout[f"xaxis{suffix}"] = {"domain": [x0, x0 + width], "anchor": f"y{suffix}"}
-        layout[f"yaxis{suffix}"] = {"domain": [max(0.0, y1 - tall), y1], "anchor": f"x{suffix}"}
-        layout["annotations"].append(
-            {
-                "text": titles[k],
-                "x": x0 + width / 2,
-                "y": y1,
-                "xref": "paper",
-                "yref": "paper",
-                "xanchor": "center",
-                "yanchor": "bottom",
-                "showarrow": False,
-                "font": {"size": 13},
-            }
-        )
-        refs.append((f"x{suffix}", f"y{suffix}"))
+        cell = fig.get_subplot(k // cols + 1, k % cols + 1)
+        refs.append((cell.xaxis.plotly_name.replace("axis", ""), cell.yaxis.plotly_name.replace("axis", "")))
     return layout, refs
 
 
-def _axis_title(layout: dict, ref: str, text: str) -> None:
+def _axis_title(layout: dict[str, Any], ref: str, text: str) -> None:
     key = ref[0] + "axis" + ref[1:]
     layout.setdefault(key, {})["title"] = {"text": text}
 
 
-def learning_curves(study: optuna.Study, frames: Frames) -> dict:
+def learning_curves(study: optuna.Study, frames: Frames) -> dict[str, Any]:
     """One subplot per curve (the objective(s), reward, accuracy, format reward, KL, entropy, response
     length; those no trial reported are left out), one line per trial (mean over seeds).
 
     The objective row of a single-objective study shows the value reported to Optuna per iteration
     (what the pruner judged); pruned trials are grey and dashed, failed ones red and dotted, and a
-    red x marks where a diagnostic fired. Returns plotly figure JSON.
+    red x marks where a diagnostic fired; the best trial is black and thicker. Returns plotly figure JSON.
     """
     snap = snapshot(study)
-    goals = objectives(snap)
+    goals = study_objectives(snap)
     multi = len(goals) > 1
     shown = curve_trials(snap)
     numbers = {t.number for t in shown}
@@ -382,14 +414,14 @@ def learning_curves(study: optuna.Study, frames: Frames) -> dict:
     rows: list[tuple[str, str | None]] = []  # (title, metric; None = Optuna's intermediate values)
     for goal in goals:
         if not multi:
-            rows.append((f"objective: {goal['metric']} (reported to Optuna)", None))
-        elif goal["metric"] in present:
-            rows.append((f"objective: {goal['metric']}", goal["metric"]))
+            rows.append((f"objective: {goal.metric} (reported to Optuna)", None))
+        elif goal.metric in present:
+            rows.append((f"objective: {goal.metric}", goal.metric))
     for title, names in CURVE_METRICS:
         name = next((n for n in names if n in present), None)
         if name:
             rows.append((f"{title}: {name}", name))
-    wanted = [r[1] for r in rows if r[1]] + [goals[0]["metric"]]
+    wanted = [r[1] for r in rows if r[1]] + [goals[0].metric]
     curves = m[m["metric"].isin(wanted)].groupby(["metric", "trial", "iteration"], sort=True)["value"].mean()
     by_metric = {
         name: {t: (g.index.get_level_values(2).to_numpy(float), g.to_numpy(float)) for t, g in part.groupby(level=1)}
@@ -397,13 +429,14 @@ def learning_curves(study: optuna.Study, frames: Frames) -> dict:
     }
 
     layout, refs = _grid(len(rows), [r[0] for r in rows], 360)
-    best = _best_number(snap)
+    top = best_trial(snap)
+    best = top.number if top is not None else None
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
     traces: list[dict] = []
     flag_legend = True
-    for k, (title, metric) in enumerate(rows):
+    for k, (_, metric) in enumerate(rows):
         xref, yref = refs[k]
-        series = by_metric.get(metric if metric else goals[0]["metric"], {})
+        series = by_metric.get(metric if metric else goals[0].metric, {})
         for j, trial in enumerate(shown):
             iv = trial.intermediate_values if metric is None else None
             if iv:
@@ -428,10 +461,13 @@ def learning_curves(study: optuna.Study, frames: Frames) -> dict:
                     "showlegend": k == 0,
                     "line": {
                         "dash": style["dash"],
-                        "color": style["color"] or palette[j % len(palette)],
-                        "width": style["width"] * (2 if trial.number == best else 1),
+                        "color": BEST_LINE_COLOR
+                        if trial.number == best
+                        else (style["color"] or palette[j % len(palette)]),
+                        "width": style["width"] * (BEST_LINE_WIDTH if trial.number == best else 1),
                     },
-                    "hovertemplate": f"trial {trial.number} ({trial.state.name})<br>iteration %{{x}}<br>%{{y:.4g}}<extra></extra>",
+                    "hovertemplate": f"trial {trial.number} ({trial.state.name})"
+                    "<br>iteration %{x}<br>%{y:.4g}<extra></extra>",
                 }
             )
         marks = [
@@ -464,27 +500,20 @@ def learning_curves(study: optuna.Study, frames: Frames) -> dict:
     return {"data": traces, "layout": layout}
 
 
-def _best_number(snap: StudySnapshot) -> int | None:
-    complete = snap.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
-        return None
-    sign = -1.0 if snap.directions[0] == optuna.study.StudyDirection.MAXIMIZE else 1.0
-    return min(complete, key=lambda t: sign * t.values[0]).number
-
-
 # ------------------------------------------------------------------------------------------ compute
-def objective_vs_compute(study: optuna.Study, frames: Frames, index: int = 0) -> dict:
+def objective_vs_compute(study: optuna.Study, frames: Frames, index: int = 0) -> dict[str, Any]:
     """Left: each trial's objective ``index`` against its compute; right: best so far against cumulative compute.
 
     Pruned trials sit at their last reported (intermediate) value as grey crosses; trials with a
     diagnostic flag get a red ring that names the flags on hover. Returns plotly figure JSON.
     """
     snap = snapshot(study)
-    goal = objectives(snap)[index]
-    maximize = goal["direction"] == "maximize"
-    compute = dict(zip(frames.trials["number"].tolist(), frames.trials["compute_s"].tolist()))
+    goal = study_objectives(snap)[index]
+    better = sign(snap.directions[index])  # better * value: smaller is better
+    top = best_trial(snap)
+    compute = dict(zip(frames.trials["number"].tolist(), frames.trials["compute_s"].tolist(), strict=True))
     layout, refs = _grid(2, ["per trial", "best so far vs cumulative compute"], 420)
-    groups: dict[str, list] = {"COMPLETE": [], "PRUNED": []}
+    groups: dict[str, list[tuple[float, float, int, list[diagnostics.Flag]]]] = {"COMPLETE": [], "PRUNED": []}
     for trial in snap.get_trials(deepcopy=False):
         c = compute.get(trial.number)
         if c is None or not np.isfinite(c):
@@ -496,7 +525,7 @@ def objective_vs_compute(study: optuna.Study, frames: Frames, index: int = 0) ->
         else:
             continue
         groups[trial.state.name].append((c, value, trial.number, frames.flags.get(trial.number, [])))
-    traces = []
+    traces: list[dict[str, Any]] = []
     for state, points in groups.items():
         if not points:
             continue
@@ -537,13 +566,15 @@ def objective_vs_compute(study: optuna.Study, frames: Frames, index: int = 0) ->
         )
     finished = [tr for tr in snap.get_trials(deepcopy=False) if tr.state.is_finished()]
     finished.sort(key=lambda tr: (tr.datetime_complete or tr.datetime_start or dt.datetime.max, tr.number))
-    total, best, xs, ys = 0.0, None, [], []
+    total, best = 0.0, None  # best: the best value so far
+    xs: list[float] = []
+    ys: list[float] = []
     for tr in finished:
         c = compute.get(tr.number)
         total += float(c) if c is not None and np.isfinite(c) else 0.0
         if tr.state == TrialState.COMPLETE:
             v = tr.values[index]
-            best = v if best is None or (v > best if maximize else v < best) else best
+            best = v if best is None or better * v < better * best else best
         if best is not None:
             xs.append(total)
             ys.append(best)
@@ -563,5 +594,97 @@ def objective_vs_compute(study: optuna.Study, frames: Frames, index: int = 0) ->
         )
     _axis_title(layout, refs[0][0], "device-seconds (NPU-s, else CPU-s)")
     _axis_title(layout, refs[1][0], "cumulative device-seconds")
-    _axis_title(layout, refs[0][1], goal["metric"])
+    if top is not None and math.isfinite(compute.get(top.number) or math.nan):
+        traces.append(_best_star(compute[top.number], top.values[index], top.number, refs[0]))
+    _axis_title(layout, refs[0][1], goal.metric)
     return {"data": traces, "layout": layout}
+
+
+# ---------------------------------------------------------------------------- the best trial, marked
+def _best_star(x: Any, y: Any, number: int, ref: tuple[str, str] = ("x", "y")) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "x": [x],
+        "y": [y],
+        "xaxis": ref[0],
+        "yaxis": ref[1],
+        "marker": BEST_MARKER,
+        "name": f"best trial #{number}",
+        "showlegend": False,
+        "hovertemplate": f"best trial #{number}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>",
+    }
+
+
+def _star_history(fig: go.Figure, best: FrozenTrial | None, index: int) -> go.Figure:
+    if best is not None:
+        fig.add_trace(_best_star(best.number, best.values[index], best.number))
+    return fig
+
+
+def _star_slices(fig: go.Figure, best: FrozenTrial | None) -> go.Figure:
+    """A star on each slice subplot where the best trial was drawn (Optuna colours points by trial
+    number, so an early best trial is a near-white dot)."""
+    if best is None:
+        return fig
+    for trace in list(fig.data):
+        numbers = list(getattr(trace.marker, "color", None) or []) if trace.name == "Feasible Trial" else []
+        if best.number in numbers:
+            at = numbers.index(best.number)
+            ref = (trace.xaxis or "x", trace.yaxis or "y")
+            fig.add_trace(_best_star(trace.x[at], trace.y[at], best.number, ref))
+    return fig
+
+
+def _star_contour(fig: go.Figure, best: FrozenTrial | None) -> go.Figure:
+    """A star at the best trial's two parameters (a contour of two parameters is one plot)."""
+    if best is None or not isinstance(fig.layout.xaxis.title.text, str):
+        return fig
+    x_name, y_name = fig.layout.xaxis.title.text, fig.layout.yaxis.title.text
+    if x_name not in best.params or y_name not in best.params:
+        return fig
+
+    def shown(name: str, axis: Any) -> Any:  # Optuna draws a categorical parameter as its str()
+        return str(best.params[name]) if axis.type == "category" else best.params[name]
+
+    fig.add_trace(_best_star(shown(x_name, fig.layout.xaxis), shown(y_name, fig.layout.yaxis), best.number))
+    return fig
+
+
+def _best_line_on_top(
+    fig: go.Figure, study: optuna.Study, best: FrozenTrial | None, target: Callable[[FrozenTrial], float] | None
+) -> go.Figure:
+    """Draw the best trial's line red, thick and last (on top). Optuna draws one line per completed
+    trial with a finite target, in trial order; when the lines do not match those trials, nothing changes."""
+    if best is None:
+        return fig
+    lines = [i for i, trace in enumerate(fig.data) if trace.mode == "lines" and trace.customdata is not None]
+    drawn = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.values and all(math.isfinite(v) for v in t.values) and math.isfinite(target(t) if target else t.values[0])
+    ]
+    numbers = [t.number for t in drawn]
+    if len(lines) != len(drawn) or best.number not in numbers:
+        return fig
+    at = lines[numbers.index(best.number)]
+    traces = list(fig.data)
+    line = traces.pop(at)
+    line.update(line={"color": BEST_MARKER["color"], "width": 3.5}, opacity=1.0, name=f"best trial #{best.number}")
+    fig.data = (*traces, line)
+    return fig
+
+
+def _star_pareto(fig: go.Figure, best: FrozenTrial | None) -> go.Figure:
+    if best is None or not best.values:
+        return fig
+    if len(best.values) == 2:
+        fig.add_trace(_best_star(best.values[0], best.values[1], best.number))
+    elif len(best.values) == 3:
+        star = _best_star(best.values[0], best.values[1], best.number)
+        star.update(type="scatter3d", z=[best.values[2]], marker={**BEST_MARKER, "size": 8})
+        for key in ("xaxis", "yaxis"):
+            star.pop(key)
+        star["hovertemplate"] = f"best trial #{best.number}<extra></extra>"
+        fig.add_trace(star)
+    return fig

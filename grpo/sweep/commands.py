@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import optuna
 import yaml
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.table import Table
 
+from grpo._fs import atomic_write_text
 from grpo.errors import UserError
+from grpo.sweep.space import format_params
+from grpo.sweep.spec import SweepSpec
 
 
-def _spec(args, **cli):
-    from grpo.sweep.spec import load_spec
+def _spec(args: argparse.Namespace, **cli: Any) -> SweepSpec:
+    from grpo.sweep.load import load_spec
 
     return load_spec(args.spec, **{k: v for k, v in cli.items() if v is not None})
 
 
-def _existing_study(spec):
+def _existing_study(spec: SweepSpec) -> optuna.Study:
     from grpo.sweep.study_store import find_study
 
     study = find_study(spec)
@@ -29,61 +35,56 @@ def _existing_study(spec):
     return study
 
 
-def report_dir(spec) -> Path:
+def report_dir(spec: SweepSpec) -> Path:
     return Path("reports") / spec.study
 
 
-def cmd_run(args) -> int:
-    import optuna
-
-    from grpo.sweep.driver import run_study
+def cmd_run(args: argparse.Namespace) -> int:
+    from grpo.sweep.driver import forked, run_study
     from grpo.sweep.progress import LiveProgress
 
     spec = _spec(args, address=args.address, concurrency=args.concurrency, trials=args.trials)
+    if args.fork:
+        spec = forked(spec, args.fork)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    for warning in getattr(spec, "warnings", []) or []:
+    for warning in spec.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     console = Console(stderr=False)
-    progress = None if args.quiet else LiveProgress(spec, console)
-    if progress is not None:
-        with progress:
-            study = run_study(spec, fork=args.fork, no_plan=args.no_plan, progress=progress)
+    if args.quiet:
+        run = run_study(spec, no_plan=args.no_plan, quiet=True)
     else:
-        study = run_study(spec, fork=args.fork, no_plan=args.no_plan, quiet=True)
-    if args.fork:
-        from grpo.sweep.driver import forked
-
-        spec = forked(spec, args.fork)
-    _print_summary(console, spec, study)
+        with LiveProgress(spec, console) as progress:
+            run = run_study(spec, no_plan=args.no_plan, progress=progress)
+    _print_summary(console, spec, run.study)
     if not args.no_report:
-        path = _write_report(spec, study, report_dir(spec))
+        path = _write_report(spec, run.study, report_dir(spec))
         console.print(f"report: {path}")
-    if study.user_attrs.get("interrupted"):
+    if run.interrupted:
         console.print("interrupted: rerun the same command to resume")
         return 130
     return 0
 
 
-def _write_report(spec, study, out: Path) -> Path:
+def _write_report(spec: SweepSpec, study: optuna.Study, out: Path) -> Path:
     from grpo.report import write_report
 
     return write_report(study, out, spec_path=str(spec.path))
 
 
-def _print_summary(console: Console, spec, study) -> None:
+def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> None:
+    from grpo.report.best import best_trial
+
     trials = study.get_trials(deepcopy=False)
     by_state: dict[str, int] = {}
     for t in trials:
         by_state[t.state.name] = by_state.get(t.state.name, 0) + 1
     console.print(f"study {spec.study}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(by_state.items())))
-    if len(spec.objectives) == 1:
-        done = [t for t in trials if t.state == TrialState.COMPLETE]
-        if done:
-            best = study.best_trial
-            console.print(f"best: trial {best.number} {spec.objectives[0].metric}={best.value:.4g} {best.params}")
+    best = best_trial(study)
+    if best is not None and not spec.multi_objective:
+        console.print(f"best: trial {best.number} {spec.objectives[0].metric}={best.values[0]:.4g} {best.params}")
 
 
-def _status_rows(study) -> list[dict]:
+def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
     rows = []
     for t in study.get_trials(deepcopy=False):
         rows.append(
@@ -101,7 +102,7 @@ def _status_rows(study) -> list[dict]:
     return rows
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     spec = _spec(args)
     study = _existing_study(spec)
     rows = _status_rows(study)
@@ -113,58 +114,41 @@ def cmd_status(args) -> int:
         table.add_column(col)
     for r in rows:
         value = ", ".join(f"{v:.4g}" for v in r["values"]) if r["values"] else ""
-        params = ", ".join(
-            f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
-            for k, v in r["params"].items()
-        )
         wall = f"{r['wall_s']:.0f}" if r["wall_s"] else ""
-        table.add_row(
-            str(r["number"]), r["state"], value, params, str(r["last_step"] or ""), wall, (r["reason"] or "")[:80]
-        )
+        reason = (r["reason"] or "")[:80]
+        last = str(r["last_step"] or "")
+        table.add_row(str(r["number"]), r["state"], value, format_params(r["params"]), last, wall, reason)
     Console().print(table)
     return 0
 
 
-def cmd_best(args) -> int:
+def cmd_best(args: argparse.Namespace) -> int:
+    from grpo.report.best import best_trial, pareto_front
+
     spec = _spec(args)
     study = _existing_study(spec)
-    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    if not done:
+    trial = best_trial(study)
+    if trial is None:
         raise UserError(f"{spec.path}: study '{spec.study}' has no completed trial yet")
-    if len(spec.objectives) > 1:
-        best = study.best_trials
-        print(
-            json.dumps(
-                [{"number": t.number, "values": t.values, "params": t.params} for t in best], indent=2, default=str
-            )
-        )
-        trial = best[0]
+    if spec.multi_objective:
+        front = [{"number": t.number, "values": t.values, "params": t.params} for t in pareto_front(study)]
+        print(json.dumps(front, indent=2, default=str))
     else:
-        trial = study.best_trial
-        print(
-            json.dumps(
-                {
-                    "number": trial.number,
-                    "value": trial.value,
-                    "params": trial.params,
-                    "spread": trial.user_attrs.get("value_spread"),
-                },
-                indent=2,
-                default=str,
-            )
-        )
+        shown = {
+            "number": trial.number,
+            "value": trial.values[0],
+            "params": trial.params,
+            "spread": trial.user_attrs.get("value_spread"),
+        }
+        print(json.dumps(shown, indent=2, default=str))
     if args.export:
-        config = dict(trial.user_attrs.get("config") or {})
         out = Path(args.export)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(_best_yaml(config, trial, spec))
-        tmp.replace(out)
+        atomic_write_text(out, _best_yaml(dict(trial.user_attrs.get("config") or {}), trial, spec))
         print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
-def _best_yaml(config: dict, trial, spec) -> str:
+def _best_yaml(config: dict[str, Any], trial: FrozenTrial, spec: SweepSpec) -> str:
     """The best trial's full config as a grpo_trainer YAML that grpo-train loads (--config-path/name)."""
     header = (
         f"# best trial {trial.number} of study {spec.study} ({spec.path})\n"
@@ -176,7 +160,7 @@ def _best_yaml(config: dict, trial, spec) -> str:
     return header + yaml.safe_dump(body, sort_keys=False)
 
 
-def cmd_report(args) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     spec = _spec(args)
     study = _existing_study(spec)
     out = Path(args.out) if args.out else report_dir(spec)
@@ -184,7 +168,7 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
     from grpo.report import export
 
     spec = _spec(args)
@@ -195,24 +179,24 @@ def cmd_export(args) -> int:
     return 0
 
 
-def validate_spec(args) -> int:
+def validate_spec(args: argparse.Namespace) -> int:
     """Dry run: the search space, grid size, feasibility of sampled points, layouts, estimated compute."""
-    from grpo.config import derive, load_config
-    from grpo.sweep.backends.registry import load_backend
+    from grpo.config import derive
+    from grpo.sweep.backends import load_backend
+    from grpo.sweep.layout_table import layout_table
+    from grpo.sweep.load import load_spec
     from grpo.sweep.preflight import preflight
     from grpo.sweep.space import SearchSpace
-    from grpo.sweep.spec import load_spec
 
     spec = load_spec(args.target)
     space = SearchSpace.from_spec(spec)
-    backend = load_backend(spec.backend)
+    backend = load_backend(spec)
+    searches_layout = "layout" in space.distributions()
     try:
-        checked = preflight(spec, space, backend, no_plan=False, check_all=True)
+        checks = preflight(spec, space, backend, no_plan=False, check_all=True)
     except UserError:
-        if "layout" in space.distributions():  # still show, layout by layout, why each is refused
-            from grpo.plan import layout_table
-
-            Console().print(layout_table(spec))
+        if searches_layout:  # still show, layout by layout, why each is refused
+            Console().print(layout_table(spec, backend))
         raise
     console = Console()
     console.print(
@@ -224,11 +208,12 @@ def validate_spec(args) -> int:
     table.add_column("distribution")
     table.add_column("when")
     for key, dist in space.distributions().items():
-        when = spec.search[key].when if hasattr(spec.search[key], "when") else None
+        when = spec.search[key].when
         table.add_row(key, repr(dist), json.dumps(when) if when else "")
     console.print(table)
     grid = space.grid_points()
     console.print(f"grid points: {len(grid) if grid is not None else 'continuous (no grid)'}")
+    checked = checks.checked
     feasible = [p for p, problems in checked if not problems]
     console.print(
         f"checked {len(checked)} points: {len(feasible)} feasible, {len(checked) - len(feasible)} pruned before launch"
@@ -236,20 +221,15 @@ def validate_spec(args) -> int:
     for params, problems in checked:
         if problems:
             console.print(f"  [yellow]infeasible[/yellow] {params}: {problems[0]}", markup=True, highlight=False)
-    if "layout" in space.distributions():
-        try:
-            from grpo.plan import layout_table
-
-            console.print(layout_table(spec))
-        except ImportError:
-            pass
-    base = load_config(spec.base, list(spec.overrides))
+    if searches_layout:
+        console.print(layout_table(spec, backend))
+    base = checks.base_cfg
     d = derive(base)
     iters = base.megatron_training.train_iters
     console.print(
         f"per trial: {iters} iterations x {d.rollouts_per_iteration} rollouts x {spec.seeds} seed(s); "
         f"study: {spec.trials} trials ~ {spec.trials * spec.seeds * iters} GRPO iterations"
     )
-    for w in getattr(spec, "warnings", []) or []:
+    for w in spec.warnings:
         console.print(f"[yellow]warning[/yellow]: {w}")
     return 0

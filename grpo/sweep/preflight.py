@@ -1,22 +1,30 @@
 """Checks before anything runs: the base config, the search space's feasible points, per-trial problems.
 
-A spec whose every point breaks a config rule is refused up front (UserError, exit 2); single
-infeasible points are pruned at sampling time with the rule's message (see driver).
+A spec whose every point breaks a config rule, or that the backend cannot run, is refused up front
+(UserError, exit 2); single infeasible points are pruned at sampling time with the reason (see the
+trial builder).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import optuna
 
+from grpo.config import GRPOConfig, load_config
 from grpo.errors import UserError
+from grpo.sweep.backends import TrialBackend
+from grpo.sweep.space import SearchSpace
+from grpo.sweep.spec import SweepSpec
 
 MAX_POINTS_CHECKED = 64
 
 
-def trial_problems(spec, cfg, backend, *, no_plan: bool) -> list[str]:
+def trial_problems(spec: SweepSpec, cfg: GRPOConfig, backend: TrialBackend, *, no_plan: bool) -> list[str]:
     """Problems that keep one trial config from launching: the backend's and the memory planner's."""
-    problems = list(backend.check(cfg, spec))
-    if spec.backend == "mindspeed" and spec.plan.enabled and not no_plan:
+    problems = list(backend.check(cfg))
+    if backend.plans_memory and spec.plan.enabled and not no_plan:
         from grpo.plan import estimate
 
         est = estimate(cfg, spec.plan.device_memory_gb)
@@ -25,7 +33,7 @@ def trial_problems(spec, cfg, backend, *, no_plan: bool) -> list[str]:
     return problems
 
 
-def sample_points(space, limit: int = MAX_POINTS_CHECKED) -> list[dict]:
+def sample_points(space: SearchSpace, limit: int = MAX_POINTS_CHECKED) -> list[dict[str, Any]]:
     """Up to ``limit`` points of the space: the whole grid when small, random points otherwise."""
     grid = space.grid_points()
     if grid is not None and len(grid) <= limit:
@@ -39,33 +47,42 @@ def sample_points(space, limit: int = MAX_POINTS_CHECKED) -> list[dict]:
     return points
 
 
-def check_point(base_cfg, spec, space, backend, params: dict, *, no_plan: bool) -> list[str]:
+def check_point(
+    spec: SweepSpec, space: SearchSpace, backend: TrialBackend, params: dict[str, Any], *, no_plan: bool
+) -> list[str]:
+    """Every reason the point ``params`` cannot run ([] when it can)."""
     try:
-        cfg = base_cfg.with_overrides(space.to_overrides(params))
+        cfg = load_config(spec.base, [*spec.overrides, *space.to_overrides(params)])
     except UserError as err:
         return err.problems
     return trial_problems(spec, cfg, backend, no_plan=no_plan)
 
 
-def preflight(spec, space, backend, *, no_plan: bool, check_all: bool = False) -> list[tuple[dict, list[str]]]:
+@dataclass
+class Preflight:
+    base_cfg: GRPOConfig  # the base config with the spec's fixed overrides
+    checked: list[tuple[dict[str, Any], list[str]]]  # (point, its problems) for each point checked
+
+
+def preflight(
+    spec: SweepSpec, space: SearchSpace, backend: TrialBackend, *, no_plan: bool, check_all: bool = False
+) -> Preflight:
     """Raise UserError when the base config is broken or no checked point of the space is feasible.
 
-    Returns ``(params, problems)`` for the points checked, for ``validate`` to show. A run stops at the
-    first feasible point (``check_all=False``): the rest are checked as they are sampled.
+    A run stops at the first feasible point (``check_all=False``): the rest are checked as they are
+    sampled; ``validate`` checks them all to show them.
     """
-    from grpo.config import load_config
-
     base_cfg = load_config(spec.base, list(spec.overrides))  # the base itself must be valid
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    checked = []
+    checked: list[tuple[dict[str, Any], list[str]]] = []
     for params in sample_points(space):
-        checked.append((params, check_point(base_cfg, spec, space, backend, params, no_plan=no_plan)))
+        checked.append((params, check_point(spec, space, backend, params, no_plan=no_plan)))
         if not checked[-1][1] and not check_all:
             break
     if checked and all(problems for _, problems in checked):
         first = sorted({line for _, problems in checked for line in problems})
         raise UserError(
             f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked); e.g. {first[0]}",
-            [f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked)"] + first[:10],
+            [f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked)", *first[:10]],
         )
-    return checked
+    return Preflight(base_cfg, checked)

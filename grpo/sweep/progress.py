@@ -1,13 +1,24 @@
-"""The live terminal view of a running study: a table of running trials and an overall progress bar."""
+"""The live terminal view of a running study: a table of running trials and an overall progress bar.
+
+It shows ``ProgressSnapshot`` values the driver hands it (``grpo.sweep.driver``) and never reads the
+driver itself.
+"""
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from grpo.sweep.space import format_params
+from grpo.sweep.spec import SweepSpec
+
+if TYPE_CHECKING:
+    from grpo.sweep.driver import ProgressSnapshot
 
 REFRESH_S = 0.5
 
@@ -18,7 +29,7 @@ class LiveProgress:
     On a terminal it is a rich Live display; otherwise (CI, a pipe) it prints one line per event.
     """
 
-    def __init__(self, spec, console: Console):
+    def __init__(self, spec: SweepSpec, console: Console):
         self.spec, self.console = spec, console
         self.interactive = console.is_terminal
         self._bar = Progress(
@@ -28,52 +39,39 @@ class LiveProgress:
         self._live = Live(console=console, refresh_per_second=4, transient=False) if self.interactive else None
         self._last = 0.0
 
-    def __enter__(self):
+    def __enter__(self) -> LiveProgress:
         if self._live is not None:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.__exit__(*exc)
+            self._live.__exit__(None, None, None)
 
     def log(self, message: str) -> None:
         self.console.print(message, highlight=False, markup=False)
 
-    def update(self, driver) -> None:
-        now = time.monotonic()
-        if self._live is None or now - self._last < REFRESH_S:
+    def due(self) -> bool:
+        """True when a new frame is worth drawing (a terminal, and not drawn in the last REFRESH_S)."""
+        return self._live is not None and time.monotonic() - self._last >= REFRESH_S
+
+    def update(self, snapshot: ProgressSnapshot) -> None:
+        if self._live is None:
             return
-        self._last = now
-        counted, _ = driver._counted_and_running()
-        self._bar.update(self._task, completed=counted)
+        self._last = time.monotonic()
+        self._bar.update(self._task, completed=snapshot.counted)
         objective = self.spec.objectives[0]
         table = Table(title="running trials", expand=False)
         for col in ("#", "params", "seed", "iteration", f"{objective.metric} ({objective.reduce})"):
             table.add_column(col)
-        for number, live in sorted(driver.live.items()):
-            seed = max(live.last_iteration, key=lambda s: live.last_iteration[s], default=None)
-            value = driver._objective_so_far(live, seed, 0) if seed is not None else None
-            params = ", ".join(
-                f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
-                for k, v in live.params.items()
-            )
-            table.add_row(
-                str(number),
-                params,
-                "" if seed is None else str(seed),
-                str(live.last_iteration.get(seed, 0)) if seed is not None else "0",
-                "" if value is None else f"{value:.4g}",
-            )
-        best = _best_text(driver)
+        for trial in snapshot.running:
+            value = "" if trial.objective_so_far is None else f"{trial.objective_so_far:.4g}"
+            seed = "" if trial.seed is None else str(trial.seed)
+            table.add_row(str(trial.number), format_params(trial.params), seed, str(trial.iteration), value)
+        if self.spec.multi_objective:
+            best = ""
+        elif snapshot.best is None:
+            best = "best so far: none yet"
+        else:
+            best = f"best so far: trial {snapshot.best[0]} = {snapshot.best[1]:.4g}"
         self._live.update(Group(table, self._bar, best))
-
-
-def _best_text(driver) -> str:
-    if len(driver.spec.objectives) > 1:
-        return ""
-    try:
-        best = driver.study.best_trial
-    except ValueError:
-        return "best so far: none yet"
-    return f"best so far: trial {best.number} = {best.value:.4g}"

@@ -1,47 +1,46 @@
-"""Failing a trial and scheduling its retry: same parameters, next attempt, resume from its checkpoint."""
+"""Failing a trial and scheduling its retry: same parameters, next attempt, resume from its checkpoint;
+and which finished trials count toward a study's trial budget."""
 
 from __future__ import annotations
 
-import optuna
-from optuna.trial import TrialState
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from grpo.sweep.study_store import StudyStore
 
 
 def fail_and_maybe_retry(
-    study: optuna.Study,
-    trial: optuna.trial.FrozenTrial,
+    store: StudyStore,
+    trial: FrozenTrial,
     reason: str,
     retries: int,
     *,
     last_log_lines: list[str] | None = None,
     resumable: bool = True,
     count_attempt: bool = True,
-    extra_attrs: dict | None = None,
 ) -> bool:
     """Mark ``trial`` FAIL with ``reason``; enqueue a retry unless its attempts are used up.
 
     ``count_attempt=False`` is for interruptions that are not the trial's fault (Ctrl-C): the retry keeps
     the attempt number. Returns True when a retry was enqueued.
     """
-    storage = study._storage
     attempt = int(trial.user_attrs.get("attempt", 1))
     next_attempt = attempt + 1 if count_attempt else attempt
     retry = next_attempt <= retries + 1
-    attrs = {"failure_reason": reason, "retried": retry, "gave_up": not retry}
+    attrs: dict[str, Any] = {"failure_reason": reason, "retried": retry, "gave_up": not retry}
     if last_log_lines is not None:
         attrs["last_log_lines"] = list(last_log_lines)[-20:]
-    attrs.update(extra_attrs or {})
-    for key, value in attrs.items():
-        storage.set_trial_user_attr(trial._trial_id, key, value)
-    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    store.fail(trial, attrs)
     if retry:
-        retry_attrs = {"retry_of": trial.number, "attempt": next_attempt}
+        retry_attrs: dict[str, Any] = {"retry_of": trial.number, "attempt": next_attempt}
         if resumable and trial.user_attrs.get("trial_dir"):
             retry_attrs["resume_from"] = trial.user_attrs["trial_dir"]
-        study.enqueue_trial(dict(trial.params), user_attrs=retry_attrs)
+        store.enqueue_retry(trial, retry_attrs)
     return retry
 
 
-def counts_toward_budget(trial: optuna.trial.FrozenTrial) -> bool:
+def counts_toward_budget(trial: FrozenTrial) -> bool:
     """Finished trials that count toward ``trials``: COMPLETE, PRUNED by the pruner, FAIL given up.
 
     Points pruned at sampling time for breaking a config rule (``infeasible``) do not count, and nor do
@@ -54,3 +53,8 @@ def counts_toward_budget(trial: optuna.trial.FrozenTrial) -> bool:
     if trial.state == TrialState.FAIL:
         return bool(trial.user_attrs.get("gave_up"))
     return False
+
+
+def holds_budget(trial: FrozenTrial) -> bool:
+    """Counts toward the budget, or is running (a real trial, not an infeasible point being told)."""
+    return counts_toward_budget(trial) or (trial.state == TrialState.RUNNING and not trial.user_attrs.get("infeasible"))

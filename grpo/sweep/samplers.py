@@ -25,14 +25,15 @@ always ``NopPruner`` and ``spec.warnings`` says so.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from grpo.errors import UserError
+from grpo.errors import UserError, did_you_mean
 
 if TYPE_CHECKING:
     from grpo.sweep.space import SearchSpace
@@ -47,7 +48,13 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
     result). The driver stops on its own at ``spec.trials``, which ``load_spec`` caps at the grid size.
     """
 
-    def after_trial(self, study, trial, state, values) -> None:
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: optuna.trial.FrozenTrial,
+        state: optuna.trial.TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
         return None
 
 
@@ -78,11 +85,9 @@ def _option_problems(section: str, cls: type, options: dict[str, Any], source: s
         if name in _RESERVED:
             problems.append(f"{where}: set it with {_RESERVED[name]}, not as an option")
         elif name not in accepted:
-            hint = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+            hint = did_you_mean(name, accepted)
             more = (
-                f"; did you mean {section}.options.{hint[0]}?"
-                if hint
-                else f" (options: {', '.join(accepted) or 'none'})"
+                f"; did you mean {section}.options.{hint}?" if hint else f" (options: {', '.join(accepted) or 'none'})"
             )
             problems.append(f"{where}: unknown option of {cls.__name__}{more}")
     return problems
@@ -93,12 +98,22 @@ def pruning_supported(spec: SweepSpec) -> bool:
     return not spec.multi_objective
 
 
-def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> tuple[list[str], list[str]]:
-    """(problems, warnings) for the sampler and pruner of ``spec`` over ``space``; builds both to check values."""
+@dataclass
+class SamplerCheck:
+    """What ``check_sampler_and_pruner`` found: problems (errors), warnings, and the trials the study can run."""
+
+    problems: list[str]
+    warnings: list[str]
+    trials: int  # ``spec.trials``, capped at the number of grid points for the grid sampler
+
+
+def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> SamplerCheck:
+    """Check the sampler and pruner of ``spec`` over ``space`` (builds both to check values); changes nothing."""
     src, name = spec.source, spec.sampler.name
     problems = _option_problems("sampler", SAMPLER_CLASSES[name], spec.sampler.options, src)
     problems += _option_problems("pruner", PRUNER_CLASSES[spec.pruner.name], spec.pruner.options, src)
     notes: list[str] = []
+    trials = spec.trials
 
     if name == "grid":
         continuous = space.continuous_keys()
@@ -119,7 +134,7 @@ def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> tuple[list[
                 notes.append(
                     f"{src}: trials: {spec.trials} asked but the grid has {n} points; the study stops after {n}"
                 )
-                spec.trials = n
+                trials = n
     if name in SINGLE_OBJECTIVE_ONLY and spec.multi_objective:
         problems.append(
             f"{src}: sampler.name: {name} is single-objective only; "
@@ -154,7 +169,7 @@ def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> tuple[list[
             make_pruner(spec, max_resource=spec.pruner.options.get("max_resource", "auto"))
         except UserError as err:
             problems += err.problems
-    return problems, notes
+    return SamplerCheck(problems, notes, trials)
 
 
 def make_sampler(spec: SweepSpec, space: SearchSpace) -> optuna.samplers.BaseSampler:

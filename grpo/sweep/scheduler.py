@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from grpo.sweep.worker import TrialJob, TrialWorker
 
@@ -32,9 +33,9 @@ def _demand(shape: tuple) -> dict[str, float]:
 
 @dataclass
 class _Slot:
-    actor: object
+    actor: Any  # a Ray actor handle of TrialWorker
     shape: tuple
-    ref: object = None
+    ref: Any = None  # the ObjectRef of its current run
     key: int | None = None
     started: float = 0.0
     stop_sent: float | None = None
@@ -60,7 +61,7 @@ class RayScheduler:
     _last_drain: float = 0.0
     _drains: dict = field(default_factory=dict)  # trial -> drain ref in flight
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         import ray
 
         if not ray.is_initialized():
@@ -78,7 +79,7 @@ class RayScheduler:
             else:
                 ray.init(address=self.address, log_to_driver=False, configure_logging=False, runtime_env=env)
             self._started_ray = True
-        self._actor_cls = ray.remote(max_concurrency=4)(TrialWorker)
+        self._actor_cls = ray.remote(max_concurrency=4)(TrialWorker)  # type: ignore[call-overload]  # Ray's stubs lack actor options
         self._total = {k: float(v) for k, v in ray.cluster_resources().items()}
 
     # -- admission -------------------------------------------------------------------------------------
@@ -107,8 +108,9 @@ class RayScheduler:
         return all(self._total.get(k, 0.0) - used.get(k, 0.0) >= v - 1e-9 for k, v in need.items())
 
     @property
-    def running(self) -> int:
-        return len(self._busy)
+    def total(self) -> dict[str, float]:
+        """The cluster's resources as Ray reported them when the scheduler started."""
+        return dict(self._total)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def submit(self, key: int, job: TrialJob, options: dict) -> None:
@@ -220,7 +222,7 @@ class RayScheduler:
             ray.shutdown()
 
 
-def _get_or_empty(ref) -> list:
+def _get_or_empty(ref: Any) -> list[Any]:
     import ray
 
     try:

@@ -26,7 +26,6 @@ conditional: it is sampled only in trials where ``other.key`` (itself searched) 
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from grpo.errors import UserError
+from grpo.config import default_config_dir, known_keys, suggest_key
+from grpo.errors import UserError, did_you_mean
+from grpo.sweep.spec import SearchEntry, SweepSpec
 
 if TYPE_CHECKING:
     import optuna
     from hydra.core.override_parser.types import Override
-
-    from grpo.sweep.spec import SearchEntry, SweepSpec
 
 LAYOUT_KEY = "layout"
 KNOWN_TAGS = ("log", "int")
@@ -90,7 +89,7 @@ def parse_expression(key: str, expression: str) -> BaseDistribution:
 
     if isinstance(value, IntervalSweep):
         low, high = value.start, value.end
-        if not low < high:
+        if low is None or high is None or not low < high:
             raise ValueError(f"interval start must be below its end ({text})")
         log = "log" in tags
         if log and low <= 0:
@@ -106,9 +105,9 @@ def parse_expression(key: str, expression: str) -> BaseDistribution:
 
     if isinstance(value, RangeSweep):
         start, stop, step = value.start, value.stop, value.step
-        if step is None or step <= 0 or not start < stop:
+        if start is None or stop is None or step is None or step <= 0 or not start < stop:
             raise ValueError(f"range needs start < stop and a positive step ({text})")
-        if all(isinstance(v, int) for v in (start, stop, step)):
+        if isinstance(start, int) and isinstance(stop, int) and isinstance(step, int):
             high = start + ((stop - start) // step) * step  # stop included when on the grid
             return IntDistribution(start, high, step=step)
         d_start, d_step = Decimal(str(start)), Decimal(str(step))
@@ -120,10 +119,11 @@ def parse_expression(key: str, expression: str) -> BaseDistribution:
         bad = [c for c in choices if not isinstance(c, (str, int, float, bool))]
         if bad:
             raise ValueError(f"choice values must be numbers, strings or booleans (got {bad[0]!r} in {text})")
-        doubles = [c for i, c in enumerate(choices) if c in choices[:i]]
+        values = [c for c in choices if isinstance(c, (str, int, float, bool))]  # all of them (narrowed for typing)
+        doubles = [c for i, c in enumerate(values) if c in values[:i]]
         if doubles:
             raise ValueError(f"choice lists {doubles[0]!r} twice ({text})")
-        return CategoricalDistribution(choices)
+        return CategoricalDistribution(values)
 
     raise ValueError(f"{text} is not a sweep expression Optuna can sample")
 
@@ -135,7 +135,7 @@ def distribution_values(dist: BaseDistribution) -> list[Any] | None:
     if isinstance(dist, IntDistribution):
         return list(range(dist.low, dist.high + 1, dist.step))
     if isinstance(dist, FloatDistribution) and dist.step is not None:
-        n = int(round((dist.high - dist.low) / dist.step))
+        n = round((dist.high - dist.low) / dist.step)
         return [round(dist.low + i * dist.step, 12) for i in range(n + 1)]
     return None
 
@@ -155,18 +155,23 @@ def format_value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def format_params(params: dict[str, Any]) -> str:
+    """``clip_ratio=0.2, kl_penalty=kl``: a trial's parameters by their last key part (floats to 3 digits)."""
+    return ", ".join(
+        f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}" for k, v in params.items()
+    )
+
+
 # ------------------------------------------------------------------------------------------- keys
 def layout_names() -> list[str]:
     """The layouts a spec may pick: stems of ``<config dir>/layout/*.yaml``."""
-    from grpo.sweep.spec import config_dir
-
-    return sorted(p.stem for p in (config_dir() / "layout").glob("*.yaml"))
+    return sorted(p.stem for p in (default_config_dir() / "layout").glob("*.yaml"))
 
 
 def _matches(key: str, pattern: str) -> bool:
     """``model.qwen25_7b.num_layers`` matches the schema's ``model.*.num_layers``."""
     a, b = key.split("."), pattern.split(".")
-    return len(a) == len(b) and all(q in ("*", p) for p, q in zip(a, b))
+    return len(a) == len(b) and all(q in ("*", p) for p, q in zip(a, b, strict=True))
 
 
 def check_key(key: str, layout_value: Any = None) -> str | None:
@@ -174,8 +179,6 @@ def check_key(key: str, layout_value: Any = None) -> str | None:
 
     For ``layout`` with ``layout_value`` given, the value must name a file of configs/layout/.
     """
-    from grpo.config import known_keys, suggest_key
-
     if key == LAYOUT_KEY:
         if layout_value is not None:
             return _check_layouts([layout_value])
@@ -191,8 +194,8 @@ def _check_layouts(values: list[Any]) -> str | None:
     names = layout_names()
     for value in values:
         if value not in names:
-            hint = difflib.get_close_matches(str(value), names, n=1, cutoff=0.5)
-            more = f"; did you mean {hint[0]}?" if hint else f" (available: {', '.join(names) or 'none'})"
+            hint = did_you_mean(str(value), names, cutoff=0.5)
+            more = f"; did you mean {hint}?" if hint else f" (available: {', '.join(names) or 'none'})"
             return f"unknown layout {value} (no configs/layout/{value}.yaml){more}"
     return None
 
@@ -221,8 +224,6 @@ class SearchSpace:
 
     @classmethod
     def from_entries(cls, entries: Mapping[str, SearchEntry | str], source: str = "sweep spec") -> SearchSpace:
-        from grpo.sweep.spec import SearchEntry
-
         problems: list[str] = []
         parsed: dict[str, Param] = {}
         raw: dict[str, SearchEntry] = {
@@ -259,10 +260,10 @@ class SearchSpace:
                 if parent == key:
                     problems.append(f"{where}: a parameter cannot depend on itself")
                 elif parent not in raw:
-                    hint = difflib.get_close_matches(parent, list(raw), n=1, cutoff=0.6)
+                    hint = did_you_mean(parent, raw)
                     problems.append(
                         f"{where}: conditions must name another searched key"
-                        + (f"; did you mean {hint[0]}?" if hint else f" (searched: {', '.join(raw)})")
+                        + (f"; did you mean {hint}?" if hint else f" (searched: {', '.join(raw)})")
                     )
                 elif parent in parsed:
                     possible = distribution_values(parsed[parent].distribution)
@@ -320,7 +321,7 @@ class SearchSpace:
                 chosen[p.key] = trial.suggest_categorical(p.key, d.choices)
             elif isinstance(d, IntDistribution):
                 chosen[p.key] = trial.suggest_int(p.key, d.low, d.high, step=d.step, log=d.log)
-            else:
+            elif isinstance(d, FloatDistribution):
                 chosen[p.key] = trial.suggest_float(p.key, d.low, d.high, step=d.step, log=d.log)
         return chosen
 
@@ -352,14 +353,6 @@ class SearchSpace:
             points = grown
         return points
 
-    def describe(self) -> list[str]:
-        """One human line per parameter (for validate)."""
-        lines = []
-        for p in self.params:
-            cond = " when " + ", ".join(f"{k} in {list(v)}" for k, v in p.when.items()) if p.when else ""
-            lines.append(f"{p.key}: {p.expression} -> {p.distribution!r}{cond}")
-        return lines
-
 
 def _sampling_order(params: list[Param]) -> tuple[list[Param], list[str]]:
     """Spec order, except that each parameter comes after those its ``when`` names; a cycle is returned."""
@@ -375,7 +368,7 @@ def _sampling_order(params: list[Param]) -> tuple[list[Param], list[str]]:
             while True:
                 nxt = next(q for q in node.when if q in waiting)
                 if nxt in cycle:
-                    return done + pending, cycle[cycle.index(nxt) :] + [nxt]
+                    return done + pending, [*cycle[cycle.index(nxt) :], nxt]
                 cycle.append(nxt)
                 node = next(p for p in params if p.key == nxt)
         done.append(ready[0])

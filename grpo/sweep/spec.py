@@ -1,44 +1,30 @@
-"""The sweep spec (``sweeps/*.yaml``): one validated pydantic model, and the loader that builds it.
+"""The sweep spec (``sweeps/*.yaml``) as validated pydantic models; nothing here reads files or imports Optuna.
 
-``load_spec(path)`` reads the YAML with ``yaml.safe_load``, validates every key (unknown keys are
-errors with a did-you-mean, values are checked against their type and range), resolves ``base`` to a
-config, checks ``overrides`` and the ``search`` space against the config schema, and checks the
-sampler and pruner. Every problem found becomes one line ``<file>: <key path>: <what is wrong>`` and
-they are raised together as one ``UserError``. Nothing is written while loading: the study folder
-is created only when the study runs (``make_storage``). The full key reference is docs/sweep_spec.md.
+``grpo.sweep.load.load_spec(path)`` reads a spec file and builds a ``SweepSpec`` (with the checks that
+need the config dir, the search space and the sampler); this module is only the data model and the
+checks a single value allows. The full key reference is docs/sweep_spec.md.
 """
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import json
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from grpo.errors import UserError, did_you_mean, dotted, validation_lines
+from grpo.sweep.objectives import DEFAULT_K, CurveReducer, get_reducer
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STUDY_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 ADDRESS = re.compile(r"^(local|auto|ray://[^\s:/]+(:\d+)?)$")
 BACKEND = re.compile(r"^(embedded|mindspeed|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 STORAGE_SCHEMES = ("journal:", "sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+")
-SAMPLER_NAMES = ("tpe", "random", "grid", "cmaes", "nsga2", "gp")
-PRUNER_NAMES = ("median", "successive_halving", "hyperband", "none")
-REDUCER_NAMES = ("last", "max", "min", "mean_last_k", "auc")
-DEFAULT_MEAN_LAST_K = 5
-
-
-def config_dir() -> Path:
-    """The config dir: ``$GRPO_CONFIG_DIR`` when set, else the repository's ``configs/`` (as grpo.config)."""
-    env = os.environ.get("GRPO_CONFIG_DIR")
-    return Path(env).expanduser().resolve() if env else REPO_ROOT / "configs"
+# The names a spec may use; grpo.sweep.samplers and grpo.sweep.objectives map each to its class
+# (tests/test_spec_load.py checks the two agree).
+SamplerName = Literal["tpe", "random", "grid", "cmaes", "nsga2", "gp"]
+PrunerName = Literal["median", "successive_halving", "hyperband", "none"]
+ReducerName = Literal["last", "max", "min", "mean_last_k", "auc"]
 
 
 # ------------------------------------------------------------------------------------------ models
@@ -76,33 +62,31 @@ class ObjectiveSpec(_Strict):
 
     metric: str = Field(min_length=1)
     direction: Literal["maximize", "minimize"] = "maximize"
-    reduce: Literal["last", "max", "min", "mean_last_k", "auc"] = "last"
+    reduce: ReducerName = "last"
     k: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _k_only_for_mean_last_k(self) -> ObjectiveSpec:
         if self.reduce == "mean_last_k":
             if self.k is None:
-                self.k = DEFAULT_MEAN_LAST_K
+                self.k = DEFAULT_K
         elif self.k is not None:
             raise ValueError(f"k: only used with reduce: mean_last_k (reduce is {self.reduce})")
         return self
 
-    def reducer(self):
+    def reducer(self) -> CurveReducer:
         """The ``CurveReducer`` for this objective."""
-        from grpo.sweep.objectives import get_reducer
-
         return get_reducer(self.reduce, self.k)
 
 
 class SamplerSpec(_Strict):
-    name: Literal["tpe", "random", "grid", "cmaes", "nsga2", "gp"] = "tpe"
+    name: SamplerName = "tpe"
     seed: int | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
 
 class PrunerSpec(_Strict):
-    name: Literal["median", "successive_halving", "hyperband", "none"] = "median"
+    name: PrunerName = "median"
     warmup_steps: int = Field(0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -134,7 +118,13 @@ class TrackingSpec(_Strict):
 
 
 class MindSpeedSpec(_Strict):
-    """How the mindspeed backend launches MindSpeed-RL (ignored by the embedded backend)."""
+    """How the mindspeed backend launches MindSpeed-RL (ignored by the embedded backend).
+
+    ``path`` is the MindSpeed-RL checkout; relative checkpoint paths are relative to it, as in
+    MindSpeed-RL's own configs (it runs there). ``checkpoints`` maps a layout name to the Megatron
+    checkpoint converted for that layout's TP/PP, and/or ``pattern`` with ``{tp}``, ``{pp}``,
+    ``{layout}``, ``{model}`` placeholders.
+    """
 
     path: str | None = None
     python: str = Field(default_factory=lambda: sys.executable)
@@ -152,6 +142,38 @@ class MindSpeedSpec(_Strict):
             return {k: v if isinstance(v, str) or v is None else str(v) for k, v in value.items()}
         return value
 
+    @field_validator("path", "checkpoints", "ref_model_load_path", "python", mode="before")
+    @classmethod
+    def _paths_as_text(cls, value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, dict):
+            return {k: str(v) if isinstance(v, Path) else v for k, v in value.items()}
+        return value
+
+    @property
+    def checkout(self) -> Path | None:
+        """The MindSpeed-RL checkout as an absolute path (None when not set)."""
+        return Path(self.path).expanduser().resolve() if self.path else None
+
+    @property
+    def interpreter(self) -> str:
+        """A bare name (``python3``) is looked up on PATH at launch; a path gets ``~`` expanded."""
+        return (
+            str(Path(self.python).expanduser()) if ("/" in self.python or self.python.startswith("~")) else self.python
+        )
+
+    def resolve(self, path: str | Path) -> Path:
+        """A path from the config or spec: absolute as given, else relative to the checkout."""
+        p = Path(path).expanduser()
+        checkout = self.checkout
+        return p if p.is_absolute() or checkout is None else checkout / p
+
+    def anchored(self) -> MindSpeedSpec:
+        """A copy whose checkout path is absolute: the settings mean the same in a worker with another cwd."""
+        checkout = self.checkout
+        return self.model_copy(update={"path": str(checkout) if checkout else None})
+
 
 class PlanSpec(_Strict):
     device_memory_gb: float = Field(64, gt=0)
@@ -159,7 +181,8 @@ class PlanSpec(_Strict):
 
 
 class SweepSpec(_Strict):
-    """A validated sweep spec. Build it with ``load_spec``; ``model_validate`` alone skips the file checks."""
+    """A validated sweep spec. ``grpo.sweep.load.load_spec`` builds it from a file (``base`` then names the
+    resolved config, and ``path``/``warnings`` are set); ``model_validate`` alone skips the file checks."""
 
     study: str
     base: str
@@ -251,7 +274,7 @@ class SweepSpec(_Strict):
     @property
     def warnings(self) -> list[str]:
         """Things worth telling the user that are not errors (e.g. pruning off for multi-objective)."""
-        return self._warnings
+        return list(self._warnings)
 
     @property
     def study_dir(self) -> Path:
@@ -269,310 +292,17 @@ class SweepSpec(_Strict):
         """``storage`` when set, else ``journal:studies/<study>/journal.log`` (an Optuna journal file)."""
         return self.storage or f"journal:{(self.study_dir / 'journal.log').as_posix()}"
 
-    def fingerprint(self) -> str:
-        """A hash of what makes trial values comparable: base, overrides, search space, objectives.
+    @property
+    def base_as_written(self) -> str:
+        """``base`` as the spec file spells it (before ``load_spec`` resolved it to a config name or path)."""
+        return self._base_as_written or self.base
 
-        The search space is hashed as parsed Optuna distributions, so reformatting an expression
-        (spaces, ``1e-1`` vs ``0.1``) does not change it; trials, concurrency, seeds, sampler,
-        pruner and the cluster can change between runs of the same study.
-        """
-        from optuna.distributions import distribution_to_json
-
-        from grpo.sweep.space import parse_expression
-
-        search: dict[str, Any] = {}
-        for key, entry in sorted(self.search.items()):
-            try:
-                values: Any = json.loads(distribution_to_json(parse_expression(key, entry.values)))
-            except ValueError:
-                values = entry.values
-            search[key] = {"values": values, "when": entry.when}
-        payload = {
-            "base": self._base_as_written or self.base,
-            "overrides": list(self.overrides),
-            "search": search,
-            "objectives": [o.model_dump() for o in self.objectives],
-        }
-        text = json.dumps(payload, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    def located(self, path: Path, base: str, warnings: list[str]) -> SweepSpec:
+        """A copy that knows its file, with ``base`` resolved and the loader's warnings (``load_spec`` calls it)."""
+        spec = self.model_copy(update={"base": base})
+        spec._path, spec._base_as_written, spec._warnings = path, self.base, list(warnings)
+        return spec
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict in the spec's own spelling (``objective:``); round-trips through model_validate."""
         return self.model_dump(mode="json", by_alias=True)
-
-
-# -------------------------------------------------------------------------------- error messages
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The spec model whose fields hold the last key of ``loc`` (for did-you-mean on unknown keys)."""
-    model: Any = SweepSpec
-    parts = [p for p in loc[:-1] if not isinstance(p, int)]
-    while parts:
-        part = parts.pop(0)
-        if model is SweepSpec and part == "search":
-            model = SearchEntry  # search.<config key>.<entry key>: skip the config key
-            parts = parts[1:]
-            continue
-        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
-        if field is None:
-            return None
-        candidates = (field.annotation, *getattr(field.annotation, "__args__", ()))
-        model = next((a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)), None)
-        if model is None:
-            return None
-    return model
-
-
-def _suggest_spec_key(loc: tuple[Any, ...]) -> str | None:
-    model = _model_at(loc)
-    if model is None:
-        return None
-    match = did_you_mean(str(loc[-1]), [f.alias or n for n, f in model.model_fields.items()])
-    return dotted(loc[:-1] + (match,)) if match else None
-
-
-def _problems(error: ValidationError, source: str, objective_was_list: bool) -> list[str]:
-    def relocate(loc: tuple[Any, ...], message: str) -> tuple[tuple[Any, ...], str]:
-        if loc[:1] == ("objective",) and not objective_was_list and len(loc) > 1 and loc[1] == 0:
-            loc = ("objective",) + loc[2:]  # the user wrote one mapping, not a list
-        if message.startswith("k: "):
-            return loc + ("k",), message[3:]
-        if message.startswith("objective: "):
-            return ("objective",), message[len("objective: ") :]
-        return loc, message
-
-    return validation_lines(error, source, suggest=_suggest_spec_key, plain_values=True, relocate=relocate)
-
-
-# ------------------------------------------------------------------------------------------ loading
-def _read_yaml(path: Path, source: str) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"{source}: cannot read the spec file ({err.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"{where}: YAML syntax error: {problem}") from None
-
-
-def looks_like_spec(target: str) -> bool:
-    """True when ``target`` is a YAML file whose top level has ``study`` or ``search``.
-
-    Used by the CLI to tell a sweep spec from a config name; never raises (a config name that is no
-    file, an unreadable file or a file with a YAML error that does not look like a spec give False).
-    """
-    path = Path(str(target)).expanduser()
-    try:
-        if not (path.is_file() and path.suffix in (".yaml", ".yml")):
-            return False
-        text = path.read_text()
-    except OSError:
-        return False
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        # Broken YAML: decide on the top-level keys as written, so the spec loader reports the error.
-        return bool(re.search(r"^(study|search)\s*:", text, flags=re.MULTILINE))
-    return isinstance(data, dict) and ("study" in data or "search" in data)
-
-
-def _resolve_base(base: str, spec_dir: Path, source: str) -> tuple[str | None, str | None]:
-    """(resolved base, problem): a config name in the config dir, or a path (spec folder, then cwd)."""
-    if not (base.endswith((".yaml", ".yml")) or "/" in base or os.sep in base):
-        cdir = config_dir()
-        if (cdir / f"{base}.yaml").is_file():
-            return base, None
-        names = sorted(p.stem for p in cdir.glob("*.yaml"))
-        hint = difflib.get_close_matches(base, names, n=1, cutoff=0.6)
-        more = f"; did you mean {hint[0]}?" if hint else f" (available: {', '.join(names) or 'none'})"
-        return None, f"{source}: base: no config named {base} in {cdir}{more}"
-    raw = Path(base).expanduser()
-    for candidate in [raw] if raw.is_absolute() else [spec_dir / raw, Path.cwd() / raw]:
-        if candidate.is_file():
-            return str(candidate.resolve()), None
-    where = "" if raw.is_absolute() else f" (looked beside the spec in {spec_dir} and in the current directory)"
-    return None, f"{source}: base: no such config file {base}{where}"
-
-
-def load_spec(
-    path: str | os.PathLike,
-    *,
-    address: str | None = None,
-    concurrency: int | None = None,
-    trials: int | None = None,
-) -> SweepSpec:
-    """Read, validate and resolve a sweep spec; ``address``/``concurrency``/``trials`` override it (CLI flags).
-
-    Raises one ``UserError`` whose ``problems`` lists every problem found, each naming the file and
-    the key path. Warnings that are not errors are in ``spec.warnings``.
-    """
-    spec_path = Path(path)
-    source = str(path)
-    if not spec_path.is_file():
-        kind = "is a folder, not a spec file" if spec_path.is_dir() else "no such spec file"
-        raise UserError(f"{source}: {kind}")
-    data = _read_yaml(spec_path, source)
-    if not isinstance(data, dict):
-        raise UserError(f"{source}: (top level): must be a mapping of spec keys (study, base, search, ...)")
-    data = dict(data)
-    data.setdefault("study", spec_path.stem)
-    if address is not None:
-        cluster = data.get("cluster") if isinstance(data.get("cluster"), dict) else {}
-        data["cluster"] = {**cluster, "address": address}
-    if concurrency is not None:
-        data["concurrency"] = concurrency
-    if trials is not None:
-        data["trials"] = trials
-
-    try:
-        spec = SweepSpec.model_validate(data)
-    except ValidationError as err:
-        # Report the schema errors together with what the rest of the spec gets wrong.
-        lines = _problems(err, source, isinstance(data.get("objective"), list))
-        reported = {str(e["loc"][0]) for e in err.errors() if e["loc"]}
-        lines += _content_problems(data, spec_path, source, skip=reported)[0]
-        raise UserError(lines[0], problems=lines) from None
-    spec._path = spec_path
-
-    problems, base, space = _content_problems(data, spec_path, source, skip=set())
-    if base is not None:
-        spec._base_as_written = spec.base
-        spec.base = base
-    if space is not None and not problems:
-        from grpo.sweep.samplers import check_sampler_and_pruner
-
-        found, warnings = check_sampler_and_pruner(spec, space)
-        problems += found
-        spec._warnings = warnings + _metric_warnings(spec)
-    if problems:
-        raise UserError(problems[0], problems=problems)
-    return spec
-
-
-# The embedded engine's metric names (MindSpeed-RL's); another backend may log more, so an unknown
-# name is a warning with a did-you-mean, not an error.
-KNOWN_METRICS = (
-    "grpo/score/mean",
-    "grpo/score/max",
-    "grpo/score/min",
-    "actor/pg_loss",
-    "actor/pg_clipfrac",
-    "actor/kl_loss",
-    "actor/entropy",
-    "actor/grad_norm",
-    "actor/lr",
-    "actor/kl_coef",
-    "response_length/mean",
-    "response_length/max",
-    "response_length/min",
-    "prompt_length/mean",
-    "timing/all",
-    "timing/rollout",
-    "timing/update",
-    "e2e_tps",
-)
-
-
-def _metric_warnings(spec: SweepSpec) -> list[str]:
-    notes = []
-    for obj in spec.objectives:
-        if obj.metric in KNOWN_METRICS or re.fullmatch(r"\w+_rewards/mean", obj.metric):
-            continue
-        hint = difflib.get_close_matches(obj.metric, KNOWN_METRICS, n=1, cutoff=0.6)
-        notes.append(
-            f"{spec.source}: objective: {obj.metric} is not a metric the embedded engine logs"
-            + (f"; did you mean {hint[0]}?" if hint else "")
-        )
-    return notes
-
-
-def _content_problems(data: dict[str, Any], spec_path: Path, source: str, skip: set[str]):
-    """(problems, resolved base, search space) for the parts the schema alone cannot check.
-
-    Works on the raw YAML so it also runs when the schema found errors elsewhere; keys in ``skip``
-    (already reported by the schema) are left alone.
-    """
-    from grpo.sweep.space import SearchSpace
-
-    problems: list[str] = []
-    base = None
-    if "base" not in skip and isinstance(data.get("base"), str):
-        base, problem = _resolve_base(data["base"], spec_path.parent, source)
-        if problem:
-            problems.append(problem)
-    search = data.get("search") or {}
-    search_ok = "search" not in skip and isinstance(search, dict)
-    if "overrides" not in skip and isinstance(data.get("overrides"), list):
-        problems += _check_overrides(data["overrides"], search if search_ok else {}, source)
-    space = None
-    if search_ok:
-        try:
-            space = SearchSpace.from_entries(search, source=source)
-        except UserError as err:
-            problems += err.problems
-    return problems, base, space
-
-
-def _check_overrides(overrides: list[Any], search: dict[str, Any], source: str) -> list[str]:
-    """Each fixed override parses with Hydra's grammar, is no sweep, names a known key, and is not also searched."""
-    from grpo.sweep.space import check_key, parse_overrides
-
-    problems: list[str] = []
-    for i, text in enumerate(overrides):
-        where = f"{source}: overrides[{i}]"
-        try:
-            override = parse_overrides([str(text)])[0]
-        except ValueError as err:
-            problems.append(f"{where}: {err}")
-            continue
-        key = override.key_or_group
-        if override.is_sweep_override():
-            problems.append(f"{where}: {text} is a sweep; searched keys go under search")
-            continue
-        problem = check_key(key, override.value() if key == "layout" else None)
-        if problem:
-            problems.append(f"{where}: {problem}")
-        if key in search:
-            problems.append(f"{source}: search.{key}: also fixed by overrides[{i}]; a key is either fixed or searched")
-    return problems
-
-
-def make_storage(spec: SweepSpec, **rdb_kwargs: Any):
-    """The Optuna storage of the study, creating the journal's (or SQLite file's) folder.
-
-    Call this only when the study actually runs: validating a spec must write nothing.
-    ``journal:PATH`` gives ``JournalStorage(JournalFileBackend(PATH))``; any other URL
-    (sqlite, postgresql, mysql) gives ``RDBStorage(url, **rdb_kwargs)``.
-    """
-    import optuna
-
-    url = spec.storage_url()
-    if url.startswith("journal:"):
-        journal = Path(url[len("journal:") :]).expanduser()
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
-    if url.startswith("sqlite:///"):
-        db = url[len("sqlite:///") :]
-        if db and db != ":memory:":
-            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(url, **rdb_kwargs)
-
-
-__all__ = [
-    "ClusterSpec",
-    "MindSpeedSpec",
-    "ObjectiveSpec",
-    "PlanSpec",
-    "PrunerSpec",
-    "SamplerSpec",
-    "SearchEntry",
-    "SweepSpec",
-    "TrackingSpec",
-    "config_dir",
-    "load_spec",
-    "looks_like_spec",
-    "make_storage",
-]

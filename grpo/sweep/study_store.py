@@ -1,24 +1,86 @@
-"""Opening (creating or resuming) a spec's Optuna study, and refusing incompatible resumes."""
+"""The study in storage: opening (creating or resuming) it, refusing incompatible resumes, and the one
+adapter through which the sweep writes trial state that Optuna's ``Trial`` handle does not cover.
+
+Optuna's public API covers the trials a driver asked itself (``Trial.set_user_attr``, ``study.tell``).
+A sweep also writes to trials it holds only as ``FrozenTrial`` (a dead driver's trial it reaps, its own
+trial after the worker finished, a heartbeat): that needs the storage and the trial id, which Optuna
+keeps private (``study._storage``, ``FrozenTrial._trial_id``). ``StudyStore`` is the only place that
+touches them; everything else it does uses public API (``study.tell`` by number, ``study.enqueue_trial``
+for retries). Retries carry Optuna's own lineage attrs (``failed_trial``, ``retry_history``, as its
+``RetryHeartbeatStaleTrialCallback`` writes them), so ``retried_trial_number`` and optuna-dashboard
+see which trial a retry repeats.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
+from pathlib import Path
+from typing import Any
 
 import optuna
+from optuna.distributions import distribution_to_json
+from optuna.storages import BaseStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, TrialState
 
 from grpo.errors import UserError
+from grpo.sweep.space import parse_expression
+from grpo.sweep.spec import SweepSpec
+
+# Optuna's own system attrs for a retried trial (optuna.storages.RetryHeartbeatStaleTrialCallback).
+RETRY_OF = "failed_trial"
+RETRY_HISTORY = "retry_history"
 
 
-def storage_for(spec):
-    from grpo.sweep.spec import make_storage
+def make_storage(spec: SweepSpec, **rdb_kwargs: Any) -> BaseStorage:
+    """The Optuna storage of the study, creating the journal's (or SQLite file's) folder.
 
-    return make_storage(spec)
+    Call this only when the study actually runs: validating a spec must write nothing.
+    ``journal:PATH`` gives ``JournalStorage(JournalFileBackend(PATH))``; any other URL
+    (sqlite, postgresql, mysql) gives ``RDBStorage(url, **rdb_kwargs)``.
+    """
+    url = spec.storage_url()
+    if url.startswith("journal:"):
+        journal = Path(url[len("journal:") :]).expanduser()
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+    if url.startswith("sqlite:///"):
+        db = url[len("sqlite:///") :]
+        if db and db != ":memory:":
+            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(url, **rdb_kwargs)
 
 
-def find_study(spec) -> optuna.Study | None:
+def fingerprint(spec: SweepSpec) -> str:
+    """A hash of what makes trial values comparable: base, overrides, search space, objectives.
+
+    The search space is hashed as parsed Optuna distributions, so reformatting an expression
+    (spaces, ``1e-1`` vs ``0.1``) does not change it; trials, concurrency, seeds, sampler,
+    pruner and the cluster can change between runs of the same study.
+    """
+    search: dict[str, Any] = {}
+    for key, entry in sorted(spec.search.items()):
+        try:
+            values: Any = json.loads(distribution_to_json(parse_expression(key, entry.values)))
+        except ValueError:
+            values = entry.values
+        search[key] = {"values": values, "when": entry.when}
+    payload = {
+        "base": spec.base_as_written,
+        "overrides": list(spec.overrides),
+        "search": search,
+        "objectives": [o.model_dump() for o in spec.objectives],
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def find_study(spec: SweepSpec) -> optuna.Study | None:
     """The spec's existing study, or None when it was never run (nothing is created)."""
     try:
-        storage = storage_for(spec)
+        storage = make_storage(spec)
     except (OSError, UserError):
         return None
     names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
@@ -27,8 +89,11 @@ def find_study(spec) -> optuna.Study | None:
     return optuna.load_study(study_name=spec.study, storage=storage)
 
 
-def open_study(spec) -> tuple[optuna.Study, bool]:
+def open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.Study, bool]:
     """Create the study or resume it. Returns (study, resumed). Refuses a changed spec (see ``--fork``).
+
+    A new study records the spec, its fingerprint and ``base_config`` (the composed base config with the
+    spec's overrides, what the report diffs trial configs against) as study user attrs.
 
     Two drivers starting at once on a fresh RDB race to create Optuna's tables (a unique-key error from
     PostgreSQL for one of them): the loser retries after a short pause, when the tables exist.
@@ -36,7 +101,7 @@ def open_study(spec) -> tuple[optuna.Study, bool]:
     spec.study_dir.mkdir(parents=True, exist_ok=True)
     for attempt in range(5):
         try:
-            return _open_study(spec)
+            return _open_study(spec, base_config)
         except UserError:
             raise
         except Exception as err:  # sqlalchemy IntegrityError/ProgrammingError from the table-creation race
@@ -46,13 +111,13 @@ def open_study(spec) -> tuple[optuna.Study, bool]:
     raise AssertionError("unreachable")
 
 
-def _open_study(spec) -> tuple[optuna.Study, bool]:
-    storage = storage_for(spec)
+def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.Study, bool]:
+    storage = make_storage(spec)
     directions = [o.direction for o in spec.objectives]
     existing = find_study(spec)
     if existing is not None:
         old = existing.user_attrs.get("fingerprint")
-        if old is not None and old != spec.fingerprint():
+        if old is not None and old != fingerprint(spec):
             raise UserError(
                 f"{spec.path}: study '{spec.study}' was created from a different spec (base, overrides, search "
                 f"or objective changed); rerun with --fork NEW_NAME to start a new study from this spec"
@@ -65,13 +130,72 @@ def _open_study(spec) -> tuple[optuna.Study, bool]:
         "spec": spec.to_dict(),
         "spec_path": str(spec.path),
         "base": spec.base,
+        "base_config": base_config,
         "objectives": [o.model_dump() for o in spec.objectives],
         "sampler": spec.sampler.name,
         "pruner": spec.pruner.name,
         "study_dir": str(spec.study_dir),
-        "fingerprint": spec.fingerprint(),
+        "fingerprint": fingerprint(spec),
         "backend": spec.backend,
     }
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     return study, False
+
+
+class StudyStore:
+    """Writes to trials by their frozen record (see the module docstring); one per driver."""
+
+    def __init__(self, study: optuna.Study):
+        self.study = study
+
+    @property
+    def _storage(self) -> BaseStorage:
+        return self.study._storage  # Optuna keeps the storage private; this adapter is its one user
+
+    @staticmethod
+    def _id(trial: FrozenTrial | optuna.Trial) -> int:
+        return trial._trial_id  # private on both classes: see the module docstring
+
+    def set_attrs(self, trial: FrozenTrial | optuna.Trial, attrs: dict[str, Any]) -> None:
+        """User attrs on a trial (one storage write each)."""
+        trial_id = self._id(trial)
+        for key, value in attrs.items():
+            self._storage.set_trial_user_attr(trial_id, key, value)
+
+    def beat(self, trials: list[optuna.Trial], now: float) -> None:
+        """Refresh the ``heartbeat`` attr of running trials; one that just ended (a race) is skipped."""
+        for trial in trials:
+            try:
+                self._storage.set_trial_user_attr(self._id(trial), "heartbeat", now)
+            except RuntimeError:  # Optuna refuses writes to a finished trial (another driver's reaper)
+                pass
+
+    def frozen(self, trial: optuna.Trial | FrozenTrial) -> FrozenTrial:
+        """The trial as stored now (its latest attrs)."""
+        return self._storage.get_trial(self._id(trial))
+
+    def fail(self, trial: FrozenTrial, attrs: dict[str, Any]) -> None:
+        """Set ``attrs`` and mark the trial FAIL (unless it finished meanwhile)."""
+        self.set_attrs(trial, attrs)
+        self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+
+    def enqueue_retry(self, trial: FrozenTrial, user_attrs: dict[str, Any]) -> None:
+        """Enqueue ``trial``'s parameters again (asked before new points), with ``user_attrs`` (``retry_of`` ...).
+
+        ``study.enqueue_trial`` keeps samplers right (GridSampler skips enqueued points); Optuna's retry
+        lineage attrs are added when the retry is asked (``record_retry_lineage``).
+        """
+        self.study.enqueue_trial(dict(trial.params), user_attrs=user_attrs, skip_if_exists=False)
+
+    def record_retry_lineage(self, trial: optuna.Trial) -> None:
+        """On an asked retry: Optuna's ``failed_trial`` / ``retry_history`` system attrs, as its own
+        ``RetryHeartbeatStaleTrialCallback`` writes them (what ``retried_trial_number`` and
+        optuna-dashboard read)."""
+        failed_number = trial.user_attrs.get("retry_of")
+        if failed_number is None:
+            return
+        failed = next(t for t in self.study.get_trials(deepcopy=False) if t.number == failed_number)
+        history = [*failed.system_attrs.get(RETRY_HISTORY, []), failed.number]
+        self._storage.set_trial_system_attr(self._id(trial), RETRY_OF, history[0])
+        self._storage.set_trial_system_attr(self._id(trial), RETRY_HISTORY, history)

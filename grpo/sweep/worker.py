@@ -1,6 +1,9 @@
 """The Ray actor that runs trials. One actor runs one trial at a time and is reused for the next trial
 of the same resource shape, so a trial costs a method call, not a new worker process.
 
+The job carries the configured backend object itself (pickled by Ray), so a reused actor holds no
+state from the previous trial: no environment variables, no backend lookup by name.
+
 Metrics travel back through Ray: the backend's ``report`` callback queues them in the actor and the
 driver drains the queue (``drain``); ``stop`` makes the next ``report`` answer True (pruned / shutdown).
 The actor is threaded (``max_concurrency``) so ``drain`` and ``stop`` are served while ``run`` works.
@@ -13,37 +16,41 @@ import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from grpo._fs import pid_alive
+from grpo.config import GRPOConfig
+from grpo.sweep.backends import TrialBackend, TrialFailed
+
+Event = tuple[int, int, dict[str, Any]]  # (seed, iteration, metrics)
 
 
 @dataclass
 class SeedRun:
     seed: int
-    cfg: object  # GRPOConfig
+    cfg: GRPOConfig
     run_dir: str
 
 
 @dataclass
 class TrialJob:
     number: int
-    backend: str
+    backend: TrialBackend
     runs: list[SeedRun]
-    resume: bool = False
-    env: dict = field(default_factory=dict)
-    driver: dict = field(default_factory=dict)  # {host, pid} of the driver that owns the trial
+    resume: bool
+    driver_host: str  # the driver that owns the trial: an orphaned trial stops itself
+    driver_pid: int
 
 
 class TrialWorker:
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._events: list[tuple[int, int, dict]] = []
+        self._events: list[Event] = []
         self._stop_reason: str | None = None
 
-    def ready(self) -> dict:
-        return _placement()
-
-    def drain(self) -> list[tuple[int, int, dict]]:
+    def drain(self) -> list[Event]:
         with self._lock:
             events, self._events = self._events, []
         return events
@@ -52,29 +59,24 @@ class TrialWorker:
         with self._lock:
             self._stop_reason = reason
 
-    def run(self, job: TrialJob) -> dict:
-        from grpo.sweep.backends import TrialFailed
-        from grpo.sweep.backends.registry import load_backend
-
+    def run(self, job: TrialJob) -> dict[str, Any]:
         with self._lock:
             self._events, self._stop_reason = [], None
-        os.environ.update(job.env)
         started = time.process_time()
-        result = {"status": "complete", "summaries": [], **_placement()}
+        result: dict[str, Any] = {"status": "complete", "summaries": [], **_placement()}
         try:
-            backend = load_backend(job.backend)
             for seed_run in job.runs:
                 Path(seed_run.run_dir).mkdir(parents=True, exist_ok=True)
 
-                def report(iteration: int, metrics: dict, _seed=seed_run.seed) -> bool:
+                def report(iteration: int, metrics: dict[str, float], _seed: int = seed_run.seed) -> bool:
                     with self._lock:
                         self._events.append((_seed, int(iteration), dict(metrics)))
-                        if self._stop_reason is None and not _driver_alive(job.driver):
+                        if self._stop_reason is None and not _driver_alive(job):
                             # An orphan must not move the checkpoint past what the dead driver persisted.
                             self._stop_reason = "driver died"
                         return self._stop_reason is not None
 
-                summary = backend.run(seed_run.cfg, Path(seed_run.run_dir), report, job.resume)
+                summary = job.backend.run(seed_run.cfg, Path(seed_run.run_dir), report, job.resume)
                 result["summaries"].append(summary or {})
                 if self._stop_reason is not None:
                     result["status"] = "stopped"
@@ -90,23 +92,15 @@ class TrialWorker:
         return result
 
 
-def _driver_alive(driver: dict) -> bool:
+def _driver_alive(job: TrialJob) -> bool:
     """False once the owning driver's process is gone (checked on its own host; elsewhere Ray's
     owner fate-sharing kills the actor)."""
-    if not driver or driver.get("host") != socket.gethostname():
-        return True
-    try:
-        os.kill(int(driver["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, KeyError):
-        return True
-    return True
+    return job.driver_host != socket.gethostname() or pid_alive(job.driver_pid)
 
 
-def _placement() -> dict:
+def _placement() -> dict[str, Any]:
     """Where this worker runs: host, Ray node id and the accelerator ids Ray assigned."""
-    info = {"node": socket.gethostname(), "pid": os.getpid(), "devices": []}
+    info: dict[str, Any] = {"node": socket.gethostname(), "pid": os.getpid(), "devices": []}
     try:
         import ray
 

@@ -1,10 +1,20 @@
-"""The trial backend interface: how one trial's GRPO run is executed inside a Ray worker."""
+"""The trial backend contract: everything the driver needs to know about how a trial runs.
+
+A backend is an object built once per study from the spec (``TrialBackend.from_spec``), checked in the
+driver before anything launches, and shipped to the Ray worker inside the trial's job (it is pickled:
+its settings travel with it, nothing goes through environment variables). The driver never names a
+backend: what differs between them is declared here.
+"""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ClassVar
+
+from grpo.config import GRPOConfig
+from grpo.sweep.spec import SweepSpec
 
 
 class TrialFailed(Exception):
@@ -16,7 +26,8 @@ class TrialFailed(Exception):
         super().__init__(reason)
 
 
-ReportFn = Callable[[int, dict], bool]
+ReportFn = Callable[[int, dict[str, float]], bool]
+RayOptions = dict[str, Any]  # {"num_cpus": 1, "num_gpus": 1, "resources": {"NPU": 8}}
 
 
 class TrialBackend(abc.ABC):
@@ -24,24 +35,40 @@ class TrialBackend(abc.ABC):
 
     ``run`` is the one abstract method: it executes inside a Ray worker, calls ``report(iteration, metrics)``
     once per iteration (True back means stop now: the trial was pruned or the driver is shutting down),
-    and raises ``TrialFailed`` with a reason when the run fails.
+    and raises ``TrialFailed`` with a reason when the run fails. The rest has defaults for a backend that
+    trains in the worker process on CPUs:
+
+    - ``resources(cfg)``: the Ray options of the trial's worker;
+    - ``devices_held(options)``: accelerators a trial with those options holds (for device-seconds);
+    - ``check(cfg)``: every reason a config cannot run, found before launch (the preflight and each
+      sampled point call it; a point with problems is pruned, never launched);
+    - ``plans_memory``: whether the layout memory planner (``grpo.plan``) applies to its trials;
+    - ``keeps_relative_paths``: relative data/tokenizer/checkpoint paths in a config are left as
+      written (the backend resolves them itself); otherwise the driver makes them absolute against its
+      working directory, since a Ray worker may run elsewhere.
     """
 
-    name: str = "base"
+    plans_memory: ClassVar[bool] = False
+    keeps_relative_paths: ClassVar[bool] = False
 
-    def resources(self, cfg) -> dict:
-        """Ray options for the trial's task/actor, e.g. ``{"num_cpus": 1}``."""
-        return {"num_cpus": max(1, int(getattr(cfg.engine, "num_threads", 1)))}
+    @classmethod
+    def from_spec(cls, spec: SweepSpec) -> TrialBackend:
+        """The backend for ``spec`` (its settings taken from the spec); the default takes none."""
+        return cls()
 
-    @staticmethod
-    def job_env(spec) -> dict[str, str]:
-        """Environment variables the driver sets in the trial's worker (e.g. the spec's backend section)."""
-        return {}
+    def resources(self, cfg: GRPOConfig) -> RayOptions:
+        """Ray options for the trial's worker, e.g. ``{"num_cpus": 1}``."""
+        return {"num_cpus": max(1, int(cfg.engine.num_threads))}
 
-    def check(self, cfg, spec) -> list[str]:
+    def devices_held(self, options: RayOptions) -> float:
+        """Accelerators a trial started with ``options`` holds while it runs (0 for a CPU trial)."""
+        resources = options.get("resources") or {}
+        return float(options.get("num_gpus", 0) or resources.get("NPU", 0) or resources.get("GPU", 0))
+
+    def check(self, cfg: GRPOConfig) -> list[str]:
         """Problems that must stop a trial before launch (beyond the config's own rules)."""
         return []
 
     @abc.abstractmethod
-    def run(self, cfg, trial_dir: Path, report: ReportFn, resume: bool) -> dict:
+    def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         """Run the trial to the end (or until ``report`` says stop); return a summary dict."""

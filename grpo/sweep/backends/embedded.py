@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from grpo._fs import tail_lines
+from grpo.config import GRPOConfig
 from grpo.errors import UserError
-from grpo.sweep.backends._base import ReportFn, TrialBackend, TrialFailed
+from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 
 
 class EmbeddedBackend(TrialBackend):
@@ -17,10 +20,8 @@ class EmbeddedBackend(TrialBackend):
         backend.run(cfg, Path("studies/s/trials/0/runs/seed0"), report=lambda i, m: False, resume=False)
     """
 
-    name = "embedded"
-
-    def resources(self, cfg) -> dict:
-        options = {"num_cpus": max(1, int(cfg.engine.num_threads))}
+    def resources(self, cfg: GRPOConfig) -> RayOptions:
+        options: RayOptions = {"num_cpus": max(1, int(cfg.engine.num_threads))}
         device = cfg.engine.device
         if device == "cuda":
             options["num_gpus"] = 1
@@ -28,19 +29,18 @@ class EmbeddedBackend(TrialBackend):
             options["resources"] = {"NPU": int(cfg.rl_config.actor_resource.num_npus)}
         return options
 
-    def run(self, cfg, trial_dir: Path, report: ReportFn, resume: bool) -> dict:
+    def check(self, cfg: GRPOConfig) -> list[str]:
+        """What the embedded engine cannot train (a critic-based estimator, reward models ...)."""
+        from grpo.engine.check import check_config  # no torch: safe in the driver
+
+        return check_config(cfg)
+
+    def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         from grpo.engine import TrainingDiverged, train
 
         try:
             return train(cfg, run_dir=trial_dir, callback=report)
         except TrainingDiverged as err:
-            raise TrialFailed(f"training diverged: {err}", _tail(trial_dir / "train.log")) from None
+            raise TrialFailed(f"training diverged: {err}", tail_lines(trial_dir / "train.log")) from None
         except UserError as err:
-            raise TrialFailed(f"bad trial config: {err}", _tail(trial_dir / "train.log")) from None
-
-
-def _tail(path: Path, n: int = 20) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()[-n:]
-    except OSError:
-        return []
+            raise TrialFailed(f"bad trial config: {err}", tail_lines(trial_dir / "train.log")) from None

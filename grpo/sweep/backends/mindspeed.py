@@ -18,7 +18,7 @@ docs/npu.md explains the design. This module never runs ``pkill`` or ``ray stop`
 
 Example (outside Ray, as the tests do)::
 
-    settings = MindSpeedSettings(path=Path("~/MindSpeed-RL"), checkpoints={"pattern": "/ckpt/qwen_tp{tp}_pp{pp}"})
+    settings = MindSpeedSpec(path="~/MindSpeed-RL", checkpoints={"pattern": "/ckpt/qwen_tp{tp}_pp{pp}"})
     MindSpeedBackend(settings).run(cfg, Path("studies/s/trials/0/runs/seed0"), report=lambda i, m: False, resume=False)
 """
 
@@ -35,22 +35,23 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TextIO
 
 import yaml
 
-from grpo.sweep.backends._base import ReportFn, TrialBackend, TrialFailed
+from grpo._fs import CHECKPOINT_TRACKER, checkpoint_iteration, group_alive, truncate_jsonl_after
+from grpo.config import GRPOConfig
+from grpo.config.render import mindspeed_dict, render_mindspeed_model
+from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.mindspeed_log import classify_failure, clean_line, finite, parse_metrics_line
+from grpo.sweep.spec import MindSpeedSpec, SweepSpec
 
 ADMISSION_RESOURCE = "npu_slots"  # logical Ray resource, one per NPU (see the module docstring)
-SETTINGS_ENV = "GRPO_SWEEP_MINDSPEED"  # the spec's mindspeed section as JSON, set by the driver
-ADDRESS_ENV = "GRPO_SWEEP_RAY_ADDRESS"  # the study's cluster address, set by the driver
 CONFIG_DIR = "mindspeed_config"
 CONFIG_NAME = "grpo_trainer"
 LAUNCH_RECORD = "launch.json"
-TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's checkpoint tracker file
 # Ray's internal per-process flags (ray_constants.RAY_INTERNAL_FLAGS): a new driver must not inherit them.
 RAY_INTERNAL_ENV = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_OVERRIDE_NODE_ID_FOR_TESTING")
 TAIL_LINES = 400  # lines kept for classifying a failure
@@ -60,81 +61,13 @@ LEFTOVER_QUIET_S = 2.0  # after the main process exits, how long its leftover ch
 DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
 
 
-def _interpreter(python: str) -> str:
-    """A bare name (``python3``) is looked up on PATH at launch; a path gets ``~`` expanded."""
-    return str(Path(python).expanduser()) if ("/" in python or python.startswith("~")) else python
-
-
-@dataclass
-class MindSpeedSettings:
-    """The spec's ``mindspeed:`` section as the backend uses it (see docs/contracts.md, MindSpeedSpec).
-
-    ``path`` is the MindSpeed-RL checkout; relative checkpoint paths are relative to it, as in
-    MindSpeed-RL's own configs (it runs there). ``checkpoints`` maps a layout name to the Megatron
-    checkpoint converted for that layout's TP/PP, and/or ``pattern`` with ``{tp}``, ``{pp}``,
-    ``{layout}``, ``{model}`` placeholders.
-    """
-
-    path: Path | None = None
-    python: str = sys.executable
-    entry: str = "cli/train_grpo.py"
-    env: dict[str, str] = field(default_factory=dict)
-    stall_timeout: float = 1800.0
-    kill_grace: float = 30.0
-    checkpoints: dict[str, str] = field(default_factory=dict)
-    ref_model_load_path: str | None = None
-    source: str = "spec"  # the spec file, for messages
-
-    @classmethod
-    def from_spec(cls, spec: Any) -> MindSpeedSettings:
-        """From a SweepSpec (its ``mindspeed`` section), a MindSpeedSpec, a dict of its fields, or None."""
-        if spec is None:
-            return cls()
-        source = "spec"
-        section = spec
-        if hasattr(spec, "mindspeed"):  # a SweepSpec
-            source, section = str(getattr(spec, "path", None) or "spec"), spec.mindspeed
-        elif isinstance(spec, dict) and isinstance(spec.get("mindspeed"), dict):  # a spec as a dict
-            section = spec["mindspeed"]
-        data = section.model_dump() if hasattr(section, "model_dump") else dict(section)
-        path = data.get("path")
-        grace = data.get("kill_grace")
-        return cls(
-            path=Path(path).expanduser().resolve() if path else None,
-            python=_interpreter(str(data.get("python") or sys.executable)),
-            entry=str(data.get("entry") or "cli/train_grpo.py"),
-            env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
-            stall_timeout=float(data.get("stall_timeout") or 1800.0),
-            kill_grace=float(30.0 if grace is None else grace),
-            checkpoints={str(k): str(v) for k, v in (data.get("checkpoints") or {}).items()},
-            ref_model_load_path=data.get("ref_model_load_path"),
-            source=str(data.get("source") or source),
-        )
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        data["path"] = str(self.path) if self.path else None
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> MindSpeedSettings:
-        return cls.from_spec(json.loads(text))
-
-    def resolve(self, path: str | os.PathLike) -> Path:
-        """A path from the config or spec: absolute as given, else relative to the checkout."""
-        p = Path(path).expanduser()
-        if p.is_absolute() or self.path is None:
-            return p
-        return self.path / p
-
-
 # ------------------------------------------------------------------------------------ checkpoints
-def layout_name(cfg) -> str:
+def layout_name(cfg: GRPOConfig) -> str:
     actor = cfg.actor_config
     return cfg.layout or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}"
 
 
-def original_weights(cfg, settings: MindSpeedSettings) -> tuple[str | None, str]:
+def original_weights(cfg: GRPOConfig, settings: MindSpeedSpec) -> tuple[str | None, str]:
     """The Megatron checkpoint converted for this layout, and the key that named it.
 
     ``mindspeed.checkpoints.<layout>`` wins, then ``mindspeed.checkpoints.pattern``, then the config's
@@ -160,24 +93,10 @@ def original_weights(cfg, settings: MindSpeedSettings) -> tuple[str | None, str]
     return actor.load, "actor_config.load"
 
 
-def checkpoint_iteration(path: Path) -> int | None:
-    """The iteration in Megatron's tracker file (0 for a converted ``release`` checkpoint), or None."""
-    try:
-        text = (path / TRACKER).read_text().strip()
-    except OSError:
-        return None
-    if text == "release":
-        return 0
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
 def checkpoint_split(path: Path) -> tuple[int, int] | None:
     """(TP, PP) a Megatron checkpoint was saved with, from its ``mp_rank_XX[_YYY]`` folders, if it has any."""
     try:
-        text = (path / TRACKER).read_text().strip()
+        text = (path / CHECKPOINT_TRACKER).read_text().strip()
     except OSError:
         return None
     step = path / ("release" if text == "release" else f"iter_{int(text):07d}" if text.isdigit() else text)
@@ -190,7 +109,7 @@ def checkpoint_split(path: Path) -> tuple[int, int] | None:
     return 1 + max(r[0] for r in ranks), 1 + max(r[1] if len(r) > 1 else 0 for r in ranks)
 
 
-def checkpoint_problems(cfg, settings: MindSpeedSettings) -> list[str]:
+def checkpoint_problems(cfg: GRPOConfig, settings: MindSpeedSpec, source: str = "spec") -> list[str]:
     """Why this layout's checkpoint cannot be loaded (missing, or converted for another TP/PP)."""
     layout = layout_name(cfg)
     actor = cfg.actor_config
@@ -198,22 +117,22 @@ def checkpoint_problems(cfg, settings: MindSpeedSettings) -> list[str]:
     try:
         weights, key = original_weights(cfg, settings)
     except ValueError as err:
-        return [f"{settings.source}: {err}"]
+        return [f"{source}: {err}"]
     if not weights:
         return [
-            f"{settings.source}: layout {layout}: no Megatron checkpoint named; set "
+            f"{source}: layout {layout}: no Megatron checkpoint named; set "
             f"mindspeed.checkpoints.{layout}, mindspeed.checkpoints.pattern or actor_config.load"
         ]
     path = settings.resolve(weights)
     if not path.is_dir():
         return [
-            f"{settings.source}: layout {layout}: Megatron checkpoint {path} not found ({key}); convert the "
+            f"{source}: layout {layout}: Megatron checkpoint {path} not found ({key}); convert the "
             f"weights for TP{tp} PP{pp} with MindSpeed-LLM's checkpoint converter"
         ]
     split = checkpoint_split(path)
     if split is not None and split != (tp, pp):
         return [
-            f"{settings.source}: layout {layout}: checkpoint {path} ({key}) was converted for TP{split[0]} "
+            f"{source}: layout {layout}: checkpoint {path} ({key}) was converted for TP{split[0]} "
             f"PP{split[1]}, the layout needs TP{tp} PP{pp}"
         ]
     return []
@@ -240,7 +159,7 @@ def _recorded_weights(checkpoint: Path) -> str | None:
         return None
 
 
-def render_trial_config(cfg, run_dir: Path, settings: MindSpeedSettings, resume: bool) -> LaunchPlan:
+def render_trial_config(cfg: GRPOConfig, run_dir: Path, settings: MindSpeedSpec, resume: bool) -> LaunchPlan:
     """Write ``<run dir>/mindspeed_config/{grpo_trainer.yaml, model/<name>.yaml}`` and return the plan.
 
     Every trial saves into its own ``actor_config.save``: an absolute path as given, a relative one (or
@@ -252,12 +171,10 @@ def render_trial_config(cfg, run_dir: Path, settings: MindSpeedSettings, resume:
     ``rl_config.integrated_mode_config.ref_model_load_path`` = the original weights, so the reference
     model stays the starting policy. Without any checkpoint a resume starts afresh.
     """
-    from grpo.config import render_mindspeed, render_mindspeed_model
-
     run_dir = Path(run_dir).resolve()
     config_dir = run_dir / CONFIG_DIR
     (config_dir / "model").mkdir(parents=True, exist_ok=True)
-    trainer = yaml.safe_load(render_mindspeed(cfg))
+    trainer = mindspeed_dict(cfg)
     actor = trainer["actor_config"]
     # A relative save path (MindSpeed-RL's examples use ./ckpt) is per run, so trials never share one.
     save = Path(cfg.actor_config.save or "ckpt").expanduser()
@@ -269,7 +186,7 @@ def render_trial_config(cfg, run_dir: Path, settings: MindSpeedSettings, resume:
     resume_from: Path | None = None
     if resume:
         candidates = [settings.resolve(cfg.actor_config.load)] if cfg.actor_config.load else []
-        resume_from = next((c for c in candidates + [save_dir] if checkpoint_iteration(c) is not None), None)
+        resume_from = next((c for c in [*candidates, save_dir] if checkpoint_iteration(c) is not None), None)
 
     start = 0
     if resume_from is not None:
@@ -327,37 +244,26 @@ def _ray_context() -> tuple[str | None, list[str]]:
         return None, []
 
 
-def launch_env(settings: MindSpeedSettings) -> dict[str, str]:
+def launch_env(settings: MindSpeedSpec, ray_address: str | None = None) -> dict[str, str]:
     """The subprocess environment: ours, plus what MindSpeed-RL needs, then the spec's ``mindspeed.env``.
 
-    ``RAY_ADDRESS`` is the cluster this worker runs in (its GCS address), else a concrete
-    ``GRPO_SWEEP_RAY_ADDRESS``; ``local``/``auto`` are resolved inside Ray only. ``ASCEND_RT_VISIBLE_DEVICES``
-    lists the NPUs Ray gave this worker, when it was given any.
+    ``RAY_ADDRESS`` is the cluster this worker runs in (its GCS address), else ``ray_address`` (the
+    study's ``cluster.address``) when it is a concrete one; ``local``/``auto`` are resolved inside Ray
+    only. ``ASCEND_RT_VISIBLE_DEVICES`` lists the NPUs Ray gave this worker, when it was given any.
     """
-    env = {k: v for k, v in os.environ.items() if k not in RAY_INTERNAL_ENV and k != SETTINGS_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in RAY_INTERNAL_ENV}
     env["HYDRA_FULL_ERROR"] = "1"
     env["PYTHONUNBUFFERED"] = "1"  # lines arrive as printed: stall detection and pruning see them live
     env["RAY_DEDUP_LOGS"] = "0"  # every line reaches the log (MindSpeed-RL's own scripts do the same)
     gcs_address, npus = _ray_context()
-    requested = os.environ.get(ADDRESS_ENV, "")
     if gcs_address:
         env["RAY_ADDRESS"] = gcs_address
-    elif requested and requested not in ("local", "auto"):
-        env["RAY_ADDRESS"] = requested
+    elif ray_address and ray_address not in ("local", "auto"):
+        env["RAY_ADDRESS"] = ray_address
     if npus:
         env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(npus)
     env.update(settings.env)
     return env
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -374,7 +280,7 @@ def stop_process_group(proc: subprocess.Popen, grace: float) -> None:
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         proc.poll()
-        if proc.returncode is not None and not _group_alive(pgid):
+        if proc.returncode is not None and not group_alive(pgid):
             return
         time.sleep(0.05)
     _signal_group(pgid, signal.SIGKILL)
@@ -383,11 +289,11 @@ def stop_process_group(proc: subprocess.Popen, grace: float) -> None:
     except subprocess.TimeoutExpired:
         pass
     deadline = time.monotonic() + 5
-    while _group_alive(pgid) and time.monotonic() < deadline:  # a killed member may linger a moment
+    while group_alive(pgid) and time.monotonic() < deadline:  # a killed member may linger a moment
         time.sleep(0.05)
 
 
-def _pump(stream, lines: queue.Queue[bytes | None]) -> None:
+def _pump(stream: IO[bytes], lines: queue.Queue[bytes | None]) -> None:
     for raw in iter(stream.readline, b""):
         lines.put(raw)
     lines.put(None)
@@ -397,50 +303,44 @@ def _pump(stream, lines: queue.Queue[bytes | None]) -> None:
 class MindSpeedBackend(TrialBackend):
     """Runs each trial as a MindSpeed-RL GRPO subprocess (see the module docstring).
 
-    ``settings`` defaults to the JSON the driver puts in ``$GRPO_SWEEP_MINDSPEED`` (``job_env``), read
-    when a trial runs.
+    Built from the spec's ``mindspeed:`` section (``from_spec``); the object, settings included, is
+    what the driver ships to the trial's Ray worker.
     """
 
-    name = "mindspeed"
-    admission_resource = ADMISSION_RESOURCE
+    plans_memory = True  # NPU layouts: the memory planner prunes those that cannot fit
+    keeps_relative_paths = True  # MindSpeed-RL resolves its paths against its own checkout
 
-    def __init__(self, settings: MindSpeedSettings | dict | None = None):
-        if settings is not None and not isinstance(settings, MindSpeedSettings):
-            settings = MindSpeedSettings.from_spec(settings)
-        self._settings = settings
+    def __init__(self, settings: MindSpeedSpec | None = None, *, source: str = "spec", ray_address: str | None = None):
+        self.settings = (settings or MindSpeedSpec()).anchored()
+        self.source = source  # the spec file, for messages
+        self.ray_address = ray_address
 
-    @property
-    def settings(self) -> MindSpeedSettings:
-        if self._settings is not None:
-            return self._settings
-        text = os.environ.get(SETTINGS_ENV)
-        return MindSpeedSettings.from_json(text) if text else MindSpeedSettings()
+    @classmethod
+    def from_spec(cls, spec: SweepSpec) -> MindSpeedBackend:
+        return cls(spec.mindspeed, source=spec.source, ray_address=spec.cluster.address)
 
-    @staticmethod
-    def job_env(spec) -> dict[str, str]:
-        """Environment the driver passes to the trial's worker: the spec's mindspeed section as JSON."""
-        return {SETTINGS_ENV: MindSpeedSettings.from_spec(spec).to_json()}
-
-    def resources(self, cfg) -> dict:
+    def resources(self, cfg: GRPOConfig) -> RayOptions:
         """One CPU for the supervising worker plus one admission slot per NPU of the trial."""
-        return {"num_cpus": 1, "resources": {self.admission_resource: float(cfg.rl_config.actor_resource.num_npus)}}
+        return {"num_cpus": 1, "resources": {ADMISSION_RESOURCE: float(cfg.rl_config.actor_resource.num_npus)}}
 
-    def check(self, cfg, spec) -> list[str]:
-        settings = MindSpeedSettings.from_spec(spec) if spec is not None else self.settings
-        return self._launch_problems(cfg, settings)
+    def devices_held(self, options: RayOptions) -> float:
+        """The trial's NPUs: its admission slots (MindSpeed-RL holds the ``NPU`` resource itself)."""
+        return float((options.get("resources") or {}).get(ADMISSION_RESOURCE, 0))
 
-    def _launch_problems(self, cfg, settings: MindSpeedSettings) -> list[str]:
-        src = settings.source
-        if settings.path is None:
+    def check(self, cfg: GRPOConfig) -> list[str]:
+        settings, src = self.settings, self.source
+        checkout = settings.checkout
+        if checkout is None:
             return [f"{src}: mindspeed.path: not set (the MindSpeed-RL checkout to run cli/train_grpo.py from)"]
-        if not settings.path.is_dir():
-            return [f"{src}: mindspeed.path: {settings.path}: no such directory (the MindSpeed-RL checkout)"]
+        if not checkout.is_dir():
+            return [f"{src}: mindspeed.path: {checkout}: no such directory (the MindSpeed-RL checkout)"]
         problems = []
-        if not (settings.path / settings.entry).is_file():
-            problems.append(f"{src}: mindspeed.entry: {settings.entry} not found in {settings.path}")
-        if not (shutil.which(settings.python) or Path(settings.python).is_file()):
-            problems.append(f"{src}: mindspeed.python: {settings.python}: no such interpreter")
-        problems += checkpoint_problems(cfg, settings)
+        if not (checkout / settings.entry).is_file():
+            problems.append(f"{src}: mindspeed.entry: {settings.entry} not found in {checkout}")
+        python = settings.interpreter
+        if not (shutil.which(python) or Path(python).is_file()):
+            problems.append(f"{src}: mindspeed.python: {python}: no such interpreter")
+        problems += checkpoint_problems(cfg, settings, src)
         if settings.ref_model_load_path and not settings.resolve(settings.ref_model_load_path).is_dir():
             problems.append(
                 f"{src}: mindspeed.ref_model_load_path: {settings.resolve(settings.ref_model_load_path)}: "
@@ -448,30 +348,40 @@ class MindSpeedBackend(TrialBackend):
             )
         return problems
 
-    def run(self, cfg, trial_dir: Path, report: ReportFn, resume: bool) -> dict:
+    def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         settings = self.settings
         run_dir = Path(trial_dir).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
-        problems = self._launch_problems(cfg, settings)
+        problems = self.check(cfg)
         if problems:
             raise TrialFailed(problems[0], problems)
         plan = render_trial_config(cfg, run_dir, settings, resume)
-        cmd = [settings.python, settings.entry, "--config-dir", str(plan.config_dir), "--config-name", plan.config_name]
+        cmd = [
+            settings.interpreter,
+            settings.entry,
+            "--config-dir",
+            str(plan.config_dir),
+            "--config-name",
+            plan.config_name,
+        ]
         metrics_path = run_dir / "metrics.jsonl"
-        _keep_rows_up_to(metrics_path, plan.start_iteration)
+        truncate_jsonl_after(metrics_path, plan.start_iteration)
         with open(run_dir / "train.log", "a", encoding="utf-8") as log, open(metrics_path, "a") as metrics_out:
-            log.write(f"# grpo-sweep: {' '.join(cmd)} (cwd {settings.path}, from iteration {plan.start_iteration})\n")
+            log.write(
+                f"# grpo-sweep: {' '.join(cmd)} (cwd {settings.checkout}, from iteration {plan.start_iteration})\n"
+            )
             log.flush()
-            return self._supervise(cmd, settings, plan, report, log, metrics_out)
+            return self._supervise(cmd, plan, report, log, metrics_out)
 
     def _supervise(
-        self, cmd, settings: MindSpeedSettings, plan: LaunchPlan, report: ReportFn, log, metrics_out
-    ) -> dict:
+        self, cmd: list[str], plan: LaunchPlan, report: ReportFn, log: TextIO, metrics_out: TextIO
+    ) -> dict[str, Any]:
         """Stream the subprocess's output until it exits, is pruned, or stalls (see the module docstring)."""
+        settings = self.settings
         proc = subprocess.Popen(
             cmd,
-            cwd=settings.path,
-            env=launch_env(settings),
+            cwd=settings.checkout,
+            env=launch_env(settings, self.ray_address),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -489,7 +399,7 @@ class MindSpeedBackend(TrialBackend):
                     raw = lines.get(timeout=0.5)
                 except queue.Empty:
                     silent = time.monotonic() - last_output
-                    if proc.poll() is not None and silent > LEFTOVER_QUIET_S and _group_alive(proc.pid):
+                    if proc.poll() is not None and silent > LEFTOVER_QUIET_S and group_alive(proc.pid):
                         # MindSpeed-RL's process is gone but a child still holds the pipe open: end it.
                         stop_process_group(proc, settings.kill_grace)
                         continue
@@ -529,7 +439,7 @@ class MindSpeedBackend(TrialBackend):
                     break
             returncode = proc.wait()
         finally:
-            if proc.poll() is None or _group_alive(proc.pid):
+            if proc.poll() is None or group_alive(proc.pid):
                 stop_process_group(proc, settings.kill_grace)
             reader.join(timeout=5)
             if proc.stdout:
@@ -553,17 +463,3 @@ class MindSpeedBackend(TrialBackend):
                 "MindSpeed-RL exited without printing any iteration line (see train.log)", list(tail)[-REPORTED_LINES:]
             )
         return summary
-
-
-def _keep_rows_up_to(metrics_path: Path, iteration: int) -> None:
-    """Drop metrics rows past ``iteration`` (a resumed run redoes them from its checkpoint)."""
-    if not metrics_path.exists():
-        return
-    kept = []
-    for text in metrics_path.read_text().splitlines():
-        try:
-            if json.loads(text).get("iteration", 0) <= iteration:
-                kept.append(text)
-        except ValueError:
-            continue
-    metrics_path.write_text("".join(t + "\n" for t in kept))

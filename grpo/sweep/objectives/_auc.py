@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from grpo.sweep.objectives._base import CurveReducer, _checked
@@ -33,5 +34,5 @@ class AUCReducer(CurveReducer):
         v = _checked(values)
         if len(v) == 1:
             return v[0]
-        area = sum((a + b) / 2.0 for a, b in zip(v, v[1:]))
+        area = sum((a + b) / 2.0 for a, b in itertools.pairwise(v))
         return area / (len(v) - 1)

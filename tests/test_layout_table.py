@@ -11,8 +11,9 @@ import pytest
 from rich.console import Console
 
 from grpo.cli import sweep_main
-from grpo.plan import layout_rows, layout_table
-from grpo.sweep.spec import load_spec
+from grpo.sweep.backends import load_backend
+from grpo.sweep.layout_table import config_layout_rows, rows_table, spec_layout_rows
+from grpo.sweep.load import load_spec
 from mindspeed_helpers import STANDIN, config, convert
 
 SPEC = """\
@@ -43,7 +44,8 @@ def spec_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rows(spec_path):
-    return layout_rows(load_spec(spec_path))
+    spec = load_spec(spec_path)
+    return spec_layout_rows(spec, load_backend(spec))
 
 
 def test_rows_cross_layouts_with_memory_relevant_choices_only(rows, spec_path):
@@ -64,7 +66,7 @@ def test_rows_cross_layouts_with_memory_relevant_choices_only(rows, spec_path):
 
 def test_table_shows_dp_memory_verdict_and_reason(rows):
     out = io.StringIO()
-    Console(file=out, width=250).print(layout_table(rows))
+    Console(file=out, width=250).print(rows_table(rows, 64))
     text = out.getvalue()
     assert "layouts on 64 GiB NPUs" in text
     line = next(t for t in text.splitlines() if "tp2_pp2 (micro_batch_size=1)" in t)
@@ -73,9 +75,9 @@ def test_table_shows_dp_memory_verdict_and_reason(rows):
 
 
 def test_table_of_configs_given_directly():
-    rows = layout_rows({"a": config(layout="tp4_pp1"), "b": config(layout="tp2_pp2")}, 64)
+    rows = config_layout_rows({"a": config(layout="tp4_pp1"), "b": config(layout="tp2_pp2")}, 64)
     assert [(r.label, r.verdict, r.estimate.train_dp) for r in rows] == [("a", "fits", 4), ("b", "fits", 4)]
-    (row,) = layout_rows([config(layout="tp4_pp2")], 16)
+    (row,) = config_layout_rows([config(layout="tp4_pp2")], 16)
     assert row.label == "tp4_pp2" and row.verdict == "does not fit"
 
 

@@ -11,11 +11,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from rich.table import Table
 
-from grpo.plan.memory import Estimate, estimate
+from grpo.config import GRPOConfig, load_config
+from grpo.errors import UserError
+from grpo.plan import Estimate, estimate
+from grpo.sweep.backends import TrialBackend
+from grpo.sweep.space import SearchSpace, distribution_values, format_value
+from grpo.sweep.spec import SweepSpec
 
 # Searched keys that change the estimate (prefixes); others do not add rows.
 MEMORY_KEYS = (
@@ -63,10 +68,8 @@ class LayoutRow:
         return "blocked" if self.launch_problems else "fits"
 
 
-def _spec_points(spec) -> list[dict[str, Any]]:
+def _spec_points(spec: SweepSpec) -> list[dict[str, Any]]:
     """Layout x memory-relevant discrete values of the spec's search space, at most MAX_ROWS."""
-    from grpo.sweep.space import SearchSpace, distribution_values
-
     space = SearchSpace.from_spec(spec)
     dims: dict[str, list[Any]] = {}
     for param in space.params:
@@ -79,7 +82,7 @@ def _spec_points(spec) -> list[dict[str, Any]]:
     return points[:MAX_ROWS] if points else [{}]
 
 
-def _label(cfg, params: Mapping[str, Any]) -> str:
+def _label(cfg: GRPOConfig | None, params: Mapping[str, Any]) -> str:
     if cfg is None:
         name = str(params.get("layout", "base"))
     else:
@@ -93,58 +96,34 @@ def _label(cfg, params: Mapping[str, Any]) -> str:
     return f"{name} ({extra})" if extra else name
 
 
-def _spec_backend(spec):
-    from grpo.sweep.backends.registry import load_backend
+def spec_layout_rows(spec: SweepSpec, backend: TrialBackend) -> list[LayoutRow]:
+    """Rows for the layouts of a sweep (see the module docstring), on ``spec.plan.device_memory_gb`` NPUs.
 
-    try:
-        return load_backend(spec.backend)
-    except Exception:  # a user's backend that cannot be imported here: show memory only
-        return None
-
-
-def layout_rows(spec_or_cfgs, device_memory_gb: float | None = None) -> list[LayoutRow]:
-    """Rows for a SweepSpec (its layouts, see the module docstring) or for configs given directly.
-
-    Configs may come as a mapping label -> config, pairs (label, config), or bare configs (rows
-    already computed pass through).
-    ``device_memory_gb`` defaults to the spec's ``plan.device_memory_gb`` (else 64). For a spec, each
-    row also carries its backend's launch problems (``TrialBackend.check``: for mindspeed, the
+    Each row also carries its backend's launch problems (``TrialBackend.check``: for mindspeed, the
     layout's Megatron checkpoint and the MindSpeed-RL checkout).
     """
-    from grpo.errors import UserError
-
-    if hasattr(spec_or_cfgs, "search") and hasattr(spec_or_cfgs, "base"):
-        spec = spec_or_cfgs
-        from grpo.config import load_config
-
-        device = device_memory_gb or float(getattr(getattr(spec, "plan", None), "device_memory_gb", 64.0))
-        from grpo.sweep.space import format_value
-
-        backend = _spec_backend(spec)
-        rows = []
-        for params in _spec_points(spec):
-            overrides = list(spec.overrides) + [f"{k}={format_value(v)}" for k, v in params.items()]
-            try:
-                cfg = load_config(spec.base, overrides)
-            except UserError as err:
-                rows.append(LayoutRow(_label(None, params), params, None, err.problems[0]))
-                continue
-            launch = list(backend.check(cfg, spec)) if backend is not None else []
-            rows.append(LayoutRow(_label(cfg, params), params, estimate(cfg, device), launch_problems=launch))
-        return rows
-    device = device_memory_gb or 64.0
-    items: Iterable = spec_or_cfgs.items() if isinstance(spec_or_cfgs, Mapping) else spec_or_cfgs
     rows = []
-    for item in items:
-        if isinstance(item, LayoutRow):  # rows computed already
-            rows.append(item)
+    for params in _spec_points(spec):
+        overrides = [*spec.overrides, *(f"{k}={format_value(v)}" for k, v in params.items())]
+        try:
+            cfg = load_config(spec.base, overrides)
+        except UserError as err:
+            rows.append(LayoutRow(_label(None, params), params, None, err.problems[0]))
             continue
-        label, cfg = item if isinstance(item, tuple) else (_label(item, {}), item)
-        rows.append(LayoutRow(label, {}, estimate(cfg, device)))
+        est = estimate(cfg, spec.plan.device_memory_gb)
+        rows.append(LayoutRow(_label(cfg, params), params, est, launch_problems=backend.check(cfg)))
     return rows
 
 
-def _short(message: str) -> str:
+def config_layout_rows(
+    configs: Mapping[str, GRPOConfig] | Iterable[GRPOConfig], device_memory_gb: float
+) -> list[LayoutRow]:
+    """Rows for configs given directly: a mapping label -> config, or configs labelled by their layout."""
+    pairs = configs.items() if isinstance(configs, Mapping) else ((_label(c, {}), c) for c in configs)
+    return [LayoutRow(label, {}, estimate(cfg, device_memory_gb)) for label, cfg in pairs]
+
+
+def _without_file(message: str) -> str:
     """A problem line without its leading ``file: `` (the table is about one spec already)."""
     head, sep, rest = message.partition(": ")
     return rest if sep and head.endswith((".yaml", ".yml", "spec")) else message
@@ -153,20 +132,24 @@ def _short(message: str) -> str:
 def _why(row: LayoutRow) -> str:
     est = row.estimate
     if est is None:
-        return _short(row.problem or "")
+        return _without_file(row.problem or "")
     if not est.feasible:
         return est.reason
     headroom = est.usable_gb - max(est.train_peak_gb, est.generation_peak_gb)
-    parts = [f"{headroom:.1f} GiB headroom", *est.notes, *(_short(p) for p in row.launch_problems)]
+    parts = [f"{headroom:.1f} GiB headroom", *est.notes, *(_without_file(p) for p in row.launch_problems)]
     return "; ".join(parts)
 
 
-def layout_table(spec_or_cfgs, device_memory_gb: float | None = None) -> Table:
-    """A rich Table of ``layout_rows``: TP x PP x DP, infer TP, GiB per NPU, KV cache, verdict, reason."""
-    rows = layout_rows(spec_or_cfgs, device_memory_gb)
-    device = next((r.estimate.device_gb for r in rows if r.estimate), device_memory_gb or 64.0)
+def layout_table(spec: SweepSpec, backend: TrialBackend) -> Table:
+    """The layout table of a sweep (``spec_layout_rows``)."""
+    return rows_table(spec_layout_rows(spec, backend), spec.plan.device_memory_gb)
+
+
+def rows_table(rows: list[LayoutRow], device_memory_gb: float) -> Table:
+    """A rich Table of layout rows: TP x PP x DP, infer TP, GiB per NPU, KV cache, verdict, reason."""
+    device = next((r.estimate.device_gb for r in rows if r.estimate), device_memory_gb)
     table = Table(title=f"layouts on {device:g} GiB NPUs (memory planner, docs/planner.md)")
-    for name, justify in (
+    columns: tuple[tuple[str, Literal["left", "center", "right"]], ...] = (
         ("layout", "left"),
         ("TPxPPxDP", "center"),
         ("infer TP", "right"),
@@ -176,7 +159,8 @@ def layout_table(spec_or_cfgs, device_memory_gb: float | None = None) -> Table:
         ("KV seqs", "right"),
         ("verdict", "left"),
         ("why", "left"),
-    ):
+    )
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")
     for row in rows:
         est = row.estimate

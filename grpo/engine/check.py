@@ -1,0 +1,79 @@
+"""What the embedded engine cannot run, known from the config alone (no torch, no files, no model).
+
+``check_config(cfg)`` returns one line per reason, ``<cfg._source>: <key>: <why>``; an empty list means
+the engine accepts the config. ``Run`` (trainer.py) calls it first, and the sweep's preflight calls it for
+every sampled point, so a config the engine refuses fails before any trial runs. What depends on files
+(``actor_config.load``, a dataset, a tokenizer folder) or on the machine (``engine.device``) is checked
+when the run starts.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from grpo.config import GRPOConfig
+from grpo.engine.data import ArithmeticTask
+from grpo.engine.tokenizer import build_task_tokenizer
+
+
+@lru_cache(maxsize=1)
+def _builtin_tokenizer_figures() -> tuple[int, int]:
+    """(vocabulary size of the built-in tokenizer, token length of every arithmetic chat prompt)."""
+    tokenizer = build_task_tokenizer()
+    # Operands are always two digits, so every prompt of the generated task has the same length.
+    prompt = tokenizer.encode(tokenizer.chat_prompt(f"{ArithmeticTask.low}+{ArithmeticTask.low}=?"))
+    return tokenizer.vocab_size, len(prompt)
+
+
+def check_config(cfg: GRPOConfig) -> list[str]:
+    """Every reason the embedded engine cannot run ``cfg``, one ``<source>: <key>: <why>`` line each."""
+    source, rl, eng, gen = cfg._source, cfg.rl_config, cfg.engine, cfg.generate_config
+    mt, actor = cfg.megatron_training, cfg.actor_config
+    problems: list[str] = []
+    if rl.adv_estimator != "group_norm":
+        problems.append(
+            f"{source}: rl_config.adv_estimator: {rl.adv_estimator} needs a critic model, which the embedded "
+            f"engine does not have; use group_norm"
+        )
+    if not rl.rule_reward:
+        problems.append(
+            f"{source}: rl_config.rule_reward: the embedded engine scores with rule rewards only; set rule_reward=true"
+        )
+
+    builtin = not mt.tokenizer_name_or_path and not actor.load  # else a tokenizer.json decides (checked at start)
+    arithmetic = eng.task == "arithmetic"
+    longest_prompt = rl.max_prompt_length  # prompts longer than that are dropped
+    if builtin:
+        vocab, prompt_tokens = _builtin_tokenizer_figures()
+        arch = cfg.model.get(actor.model)  # None: the config rules already name the missing model
+        if arch is not None and vocab > arch.padded_vocab_size:
+            problems.append(
+                f"{source}: model.{actor.model}.padded_vocab_size: the tokenizer has {vocab} tokens but the model "
+                f"only {arch.padded_vocab_size} embedding rows (tokenizer and model do not match)"
+            )
+        if arithmetic and prompt_tokens > rl.max_prompt_length:
+            problems.append(
+                f"{source}: rl_config.max_prompt_length: every prompt of the arithmetic task is {prompt_tokens} "
+                f"tokens, longer than {rl.max_prompt_length}"
+            )
+        elif arithmetic:
+            longest_prompt = prompt_tokens
+    if gen.max_model_len - longest_prompt < 1:
+        problems.append(
+            f"{source}: generate_config.max_model_len: {gen.max_model_len} leaves no room for a response after "
+            f"prompts of {longest_prompt} tokens"
+        )
+
+    if arithmetic:
+        left = ArithmeticTask.distinct_prompts() - ArithmeticTask.demo_pool
+        if eng.task_size > left:
+            problems.append(
+                f"{source}: engine.task_size: at most {left} distinct arithmetic prompts are left after the "
+                f"warm-start demonstrations (got {eng.task_size})"
+            )
+        elif eng.eval_every and eng.eval_size > left - eng.task_size:
+            problems.append(
+                f"{source}: engine.eval_size: at most {left - eng.task_size} distinct arithmetic prompts are left "
+                f"after the warm-start demonstrations and engine.task_size={eng.task_size} (got {eng.eval_size})"
+            )
+    return problems

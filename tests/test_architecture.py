@@ -1,0 +1,51 @@
+"""The package's import graph follows the design's one-way flow, with no circles (tools/import_graph.py).
+
+Counted: every import, at module level or inside a function, TYPE_CHECKING blocks included. The
+layering (which package may import which) is ``ALLOWED`` in tools/import_graph.py, from DESIGN.md:
+errors/_fs -> config -> engine, plan -> report -> sweep -> cli.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import get_args
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+import import_graph  # noqa: E402
+
+from grpo.sweep.objectives import REDUCERS  # noqa: E402
+from grpo.sweep.samplers import PRUNER_CLASSES, SAMPLER_CLASSES  # noqa: E402
+from grpo.sweep.spec import PrunerName, ReducerName, SamplerName  # noqa: E402
+
+
+def test_no_import_circles():
+    edges = import_graph.graph()
+    assert import_graph.circles(edges) == []
+
+
+def test_no_import_against_the_layering():
+    assert import_graph.back_edges(import_graph.graph()) == []
+
+
+def test_the_checker_sees_a_circle_and_a_back_edge():
+    edges = {"grpo.config.a": {"grpo.config.b"}, "grpo.config.b": {"grpo.config.a"},
+             "grpo.report.html": {"grpo.config.a"}}
+    assert import_graph.circles(edges) == [["grpo.config.a", "grpo.config.b"]]
+    assert import_graph.back_edges(edges) == [("grpo.report.html", "grpo.config.a")]
+
+
+def test_the_plan_is_a_leaf_and_the_report_reads_storage_only():
+    edges = import_graph.graph()
+    packages = {import_graph.package_of(d) for m, ds in edges.items() if m.startswith("grpo.plan") for d in ds}
+    assert packages <= {"grpo.plan", "grpo.config", "grpo.errors"}
+    packages = {import_graph.package_of(d) for m, ds in edges.items() if m.startswith("grpo.report") for d in ds}
+    assert packages <= {"grpo.report", "grpo.errors", "grpo._fs"}
+
+
+def test_spec_names_are_the_registries_names():
+    """The spec's Literal types and the classes they pick are one list each."""
+    assert set(get_args(SamplerName)) == set(SAMPLER_CLASSES)
+    assert set(get_args(PrunerName)) == set(PRUNER_CLASSES)
+    assert set(get_args(ReducerName)) == set(REDUCERS)

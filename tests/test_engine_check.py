@@ -1,0 +1,67 @@
+"""check_config: what the embedded engine refuses, known from the config alone and without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from grpo.config import load_config
+from grpo.engine import check_config
+from grpo.errors import UserError
+
+TINY = "configs/grpo_trainer_tiny_cpu.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # sources are relative to the working directory
+
+
+def test_a_fine_config_gives_nothing():
+    assert check_config(load_config("grpo_trainer_tiny_cpu")) == []
+
+
+def test_gae_is_refused():
+    assert check_config(load_config("grpo_trainer_tiny_cpu", ["rl_config.adv_estimator=gae"])) == [
+        f"{TINY}: rl_config.adv_estimator: gae needs a critic model, which the embedded engine does not have; "
+        "use group_norm"
+    ]
+
+
+def test_rule_reward_false_is_refused():
+    assert check_config(load_config("grpo_trainer_tiny_cpu", ["rl_config.rule_reward=false"])) == [
+        f"{TINY}: rl_config.rule_reward: the embedded engine scores with rule rewards only; set rule_reward=true"
+    ]
+
+
+def test_every_reason_is_listed_one_line_each():
+    cfg = load_config(
+        "grpo_trainer_tiny_cpu",
+        ["rl_config.adv_estimator=gae", "rl_config.rule_reward=false", "engine.task_size=7000",
+         "rl_config.max_prompt_length=8"],
+    )
+    problems = check_config(cfg)
+    keys = [line.split(": ")[1] for line in problems]
+    assert keys == ["rl_config.adv_estimator", "rl_config.rule_reward", "rl_config.max_prompt_length",
+                    "engine.task_size"]
+    assert all(line.startswith(f"{TINY}: ") and "\n" not in line for line in problems)
+
+
+def test_the_run_refuses_with_the_same_lines(tmp_path):
+    from grpo.engine.trainer import Run
+
+    cfg = load_config("grpo_trainer_tiny_cpu", ["rl_config.adv_estimator=gae", "rl_config.rule_reward=false"])
+    with pytest.raises(UserError) as info:
+        Run(cfg, tmp_path)
+    assert info.value.problems == check_config(cfg) and str(info.value) == check_config(cfg)[0]
+
+
+def test_check_config_does_not_import_torch():
+    code = ("import sys; from grpo.config import load_config; from grpo.engine import check_config; "
+            "check_config(load_config('grpo_trainer_tiny_cpu')); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -1,0 +1,54 @@
+"""The outcome of a finished trial, decided without Ray or Optuna (grpo.sweep.outcome.decide)."""
+
+import math
+
+import pytest
+
+from grpo.sweep.outcome import Complete, Failed, Interrupted, Pruned, decide
+
+LOG = ["line 1", "line 2"]
+
+
+def outcome(**kw):
+    args = dict(worker_error=None, result={"status": "complete"}, stop_reason=None, timeout_s=60.0,
+                objectives=["grpo/score/mean"], seed_values=[[0.5]], reported=["grpo/score/mean"], log_lines=LOG)
+    args.update(kw)
+    return decide(**args)
+
+
+def test_a_complete_trial_averages_its_seeds_and_keeps_their_spread():
+    got = outcome(objectives=["a", "b"], seed_values=[[0.2, 0.4], [1.0, 3.0]], reported=["a", "b"])
+    assert isinstance(got, Complete)
+    assert got.values == pytest.approx([0.3, 2.0])
+    assert got.per_seed == [[0.2, 0.4], [1.0, 3.0]]
+    assert got.spreads == pytest.approx([0.1, 1.0])
+    assert outcome().spreads == [0.0]  # one seed: no spread
+
+
+def test_a_dead_worker_fails_and_a_killed_timeout_says_so():
+    assert outcome(worker_error="worker process died (RayActorError): killed") == Failed(
+        "worker process died (RayActorError): killed", LOG)
+    assert outcome(worker_error="died", stop_reason="timeout").reason == "timeout after 60.0 s (killed)"
+
+
+def test_a_failed_run_keeps_its_own_reason_and_log_lines():
+    got = outcome(result={"status": "failed", "reason": "NPU out of memory", "last_log_lines": ["oom"]})
+    assert got == Failed("NPU out of memory", ["oom"])
+    assert outcome(result={"status": "failed"}) == Failed("failed", LOG)
+
+
+def test_stops_are_pruned_timed_out_or_interrupted():
+    assert isinstance(outcome(result={"status": "stopped", "stop_reason": "pruned"}), Pruned)
+    assert isinstance(outcome(stop_reason="pruned"), Pruned)  # the run ended before it saw the stop
+    assert outcome(result={"status": "stopped"}, stop_reason="timeout") == Failed("timeout after 60.0 s", LOG)
+    interrupted = outcome(result={"status": "stopped", "stop_reason": "interrupted"})
+    assert isinstance(interrupted, Interrupted) and interrupted.log_lines == LOG
+    assert isinstance(outcome(result={"status": "stopped", "stop_reason": "driver died"}), Interrupted)
+
+
+def test_an_objective_never_reported_or_not_finite_fails():
+    missing = outcome(objectives=["acc_rewards/mean"], seed_values=[[None]], reported=["b", "a"])
+    assert missing == Failed("objective metric 'acc_rewards/mean' was never reported; reported: a, b", LOG)
+    assert isinstance(outcome(seed_values=[[0.5, None]]), Failed)  # one seed without it is enough
+    nan = outcome(seed_values=[[math.nan]])
+    assert isinstance(nan, Failed) and "not finite" in nan.reason
