@@ -326,6 +326,12 @@ class GRPOConfig(BaseModel):
     _source: str = PrivateAttr(default="config")
 
     @property
+    def layout_name(self) -> str:
+        """The layout entry applied, or the training split it amounts to (``tp2_pp2``)."""
+        actor = self.actor_config
+        return self.layout or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}"
+
+    @property
     def model_arch(self) -> ModelConfig:
         """The architecture the actor trains: ``model[actor_config.model]``."""
         name = self.actor_config.model

@@ -83,15 +83,7 @@ def _spec_points(spec: SweepSpec) -> list[dict[str, Any]]:
 
 
 def _label(cfg: GRPOConfig | None, params: Mapping[str, Any]) -> str:
-    if cfg is None:
-        name = str(params.get("layout", "base"))
-    else:
-        actor = cfg.actor_config
-        name = str(
-            params.get("layout")
-            or cfg.layout
-            or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}"
-        )
+    name = str(params.get("layout") or (cfg.layout_name if cfg is not None else "base"))
     extra = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in params.items() if k != "layout")
     return f"{name} ({extra})" if extra else name
 

@@ -62,18 +62,13 @@ DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
 
 
 # ------------------------------------------------------------------------------------ checkpoints
-def layout_name(cfg: GRPOConfig) -> str:
-    actor = cfg.actor_config
-    return cfg.layout or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}"
-
-
 def original_weights(cfg: GRPOConfig, settings: MindSpeedSpec) -> tuple[str | None, str]:
     """The Megatron checkpoint converted for this layout, and the key that named it.
 
     ``mindspeed.checkpoints.<layout>`` wins, then ``mindspeed.checkpoints.pattern``, then the config's
     own ``actor_config.load`` (a layout entry may set it).
     """
-    layout = layout_name(cfg)
+    layout = cfg.layout_name
     actor = cfg.actor_config
     if layout in settings.checkpoints:
         return settings.checkpoints[layout], f"mindspeed.checkpoints.{layout}"
@@ -111,7 +106,7 @@ def checkpoint_split(path: Path) -> tuple[int, int] | None:
 
 def checkpoint_problems(cfg: GRPOConfig, settings: MindSpeedSpec, source: str = "spec") -> list[str]:
     """Why this layout's checkpoint cannot be loaded (missing, or converted for another TP/PP)."""
-    layout = layout_name(cfg)
+    layout = cfg.layout_name
     actor = cfg.actor_config
     tp, pp = actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size
     try:
@@ -216,7 +211,7 @@ def render_trial_config(cfg: GRPOConfig, run_dir: Path, settings: MindSpeedSpec,
         "original_weights": weights_path,
         "resumed_from": str(resume_from) if resume_from else None,
         "start_iteration": start,
-        "layout": layout_name(cfg),
+        "layout": cfg.layout_name,
     }
     (config_dir / LAUNCH_RECORD).write_text(json.dumps(record, indent=2))
     return LaunchPlan(config_dir, CONFIG_NAME, trainer, save_dir, start, weights_path)
