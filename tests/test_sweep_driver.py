@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import ray
@@ -65,6 +66,14 @@ def test_median_pruner_stops_a_slow_learner_on_its_curve(tmp_path, monkeypatch):
         assert t.params["rl_config.clip_ratio"] <= 0.01
         assert "pruner" in t.user_attrs["pruned_reason"]
         assert t.last_step < 20
+        # The reason names the iteration the pruner decided at (the run may report one more before it
+        # stops) and the value the trial had there.
+        reason = t.user_attrs["pruned_reason"]
+        found = re.fullmatch(r"pruned by the median pruner at iteration (\d+) of 20: grpo/score/mean \(last\) so far (.+)",
+                             reason)
+        assert found, reason
+        at = int(found.group(1))
+        assert 3 <= at <= t.last_step and found.group(2) == f"{t.intermediate_values[at]:.4g}"
     assert states(study)["COMPLETE"] >= 3
 
 
@@ -150,3 +159,33 @@ def test_multi_objective_study_records_both_values_and_does_not_prune(tmp_path, 
     for t in study.trials:
         assert len(t.values) == 2 and t.values[1] == 100.0
         assert math.isclose(t.values[0], 1 - math.exp(-(0.05 + t.params["rl_config.clip_ratio"]) * 12))
+
+
+def test_a_trial_that_ran_all_its_iterations_completes_even_if_the_pruner_says_stop(tmp_path, monkeypatch):
+    # Successive halving's first rung at the last iteration (min_resource = train_iters): each later, worse
+    # trial loses there. Having run every iteration, it is COMPLETE, not PRUNED at its last step.
+    study = _run(tmp_path, monkeypatch, trials=3, concurrency=1,
+                 overrides=["megatron_training.train_iters=4"],
+                 search={"rl_config.clip_ratio": "choice(0.3, 0.2, 0.1)"}, sampler={"name": "grid", "seed": 0},
+                 pruner={"name": "successive_halving", "warmup_steps": 4})
+    assert states(study) == {"COMPLETE": 3}
+    assert all(t.last_step == 4 for t in study.trials)
+
+
+def test_a_repeated_proposal_is_never_run_again(tmp_path, monkeypatch):
+    # Random sampling over 2 values for 4 trials: repeats are skipped (not counted), then the space is spent.
+    study = _run(tmp_path, monkeypatch, trials=4, concurrency=1,
+                 search={"rl_config.clip_ratio": "choice(0.1, 0.2)"}, sampler={"name": "random", "seed": 0})
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert sorted(t.params["rl_config.clip_ratio"] for t in complete) == [0.1, 0.2]
+    repeats = [t for t in study.trials if t.state == TrialState.PRUNED]
+    assert len(repeats) >= 50  # it stopped once the sampler only proposed points that had run
+    assert all(t.user_attrs["pruned_reason"].startswith("not run: the same parameters as trial ") for t in repeats)
+    assert all(t.user_attrs["infeasible"] for t in repeats)  # they use none of the budget
+
+
+def test_a_new_study_refuses_the_trial_folders_of_an_earlier_one(tmp_path, monkeypatch):
+    _run(tmp_path, monkeypatch, trials=1)
+    (tmp_path / "studies" / "s" / "journal.log").unlink()  # the storage is gone, its trial folders are not
+    with pytest.raises(UserError, match="holds the trial folders of an earlier study"):
+        _run(tmp_path, monkeypatch, trials=1)

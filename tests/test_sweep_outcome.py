@@ -52,3 +52,8 @@ def test_an_objective_never_reported_or_not_finite_fails():
     assert isinstance(outcome(seed_values=[[0.5, None]]), Failed)  # one seed without it is enough
     nan = outcome(seed_values=[[math.nan]])
     assert isinstance(nan, Failed) and "not finite" in nan.reason
+
+
+def test_a_worker_killed_by_a_second_ctrl_c_is_interrupted_not_failed():
+    got = outcome(worker_error="worker process died (RayActorError): killed", stop_reason="interrupted")
+    assert isinstance(got, Interrupted)  # a retry that keeps its attempt

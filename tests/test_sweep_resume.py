@@ -63,6 +63,7 @@ def test_sigkilled_driver_resumes_from_checkpoint_without_rerunning_finished_tri
     assert dead.number == 1 and "driver died" in dead.user_attrs["failure_reason"]
     (retry,) = [t for t in complete if t.user_attrs.get("retry_of") == 1]
     assert retry.params == dead.params
+    assert retry.user_attrs["attempt"] == 1  # the driver's death did not use up one of the trial's retries
     resumed_at = retry.user_attrs["resumed_at_iteration"]
     assert list(resumed_at.values())[0] >= 5  # continued from the checkpoint, not from iteration 1
     assert retry.user_attrs["config"]["actor_config"]["load"].startswith(str(tmp_path / "studies" / "s" / "trials" / "1"))
@@ -144,7 +145,9 @@ def test_two_drivers_on_postgresql_share_the_budget(tmp_path, postgres_url):
     _assert_shared_budget(load(tmp_path, storage=postgres_url), 6)
 
 
-def test_ctrl_c_stops_sampling_lets_trials_stop_and_leaves_a_resumable_study(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_sampling_lets_trials_stop_and_leaves_a_resumable_study(tmp_path, sig):
+    """SIGTERM (what `kill` and job schedulers send) behaves as the first Ctrl-C."""
     spec = write_spec(tmp_path, trials=3, concurrency=1,
                       overrides=["megatron_training.train_iters=30", "megatron_training.save_interval=5"],
                       search={"rl_config.clip_ratio": "choice(0.1, 0.2, 0.3)"}, sampler={"name": "grid"},
@@ -152,7 +155,7 @@ def test_ctrl_c_stops_sampling_lets_trials_stop_and_leaves_a_resumable_study(tmp
     proc = start_cli(["run", str(spec), "--no-report"], cwd=tmp_path)
     first = tmp_path / "studies" / "s" / "trials" / "0" / "metrics.jsonl"
     _wait_for(lambda: _lines(first) >= 7 or proc.poll() is not None, 120, "trial 0 to checkpoint")
-    proc.send_signal(signal.SIGINT)  # the driver only, as a terminal's Ctrl-C reaches the foreground job
+    proc.send_signal(sig)  # the driver only, as a terminal's Ctrl-C reaches the foreground job
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
     assert "rerun the same command to resume" in out
@@ -170,3 +173,42 @@ def test_ctrl_c_stops_sampling_lets_trials_stop_and_leaves_a_resumable_study(tmp
     (retry,) = [t for t in study.trials if t.user_attrs.get("retry_of") == 0]
     assert retry.user_attrs["attempt"] == 1  # an interruption does not use up a retry
     assert list(retry.user_attrs["resumed_at_iteration"].values())[0] >= 5
+
+
+def test_random_sigkills_of_the_driver_lose_and_repeat_nothing(tmp_path):
+    """Kill the driver at 5 random moments of a 6-trial study, rerunning after each: the study ends with
+    exactly 6 complete trials on 6 distinct parameter sets, none rerun after it completed, nothing RUNNING,
+    and no attempt charged for the driver's deaths (seeded random sampler over 6 values: a restart must
+    not replay its first proposals)."""
+    import random
+
+    spec = write_spec(tmp_path, trials=6, concurrency=2, retries=1,
+                      overrides=["megatron_training.train_iters=10", "megatron_training.save_interval=3"],
+                      search={"rl_config.clip_ratio": "choice(0.05, 0.1, 0.15, 0.2, 0.25, 0.3)"},
+                      sampler={"name": "random", "seed": 0}, backend="sweep_test_backends:SlowCurveBackend")
+    rng = random.Random(1234)
+    for _ in range(5):
+        proc = start_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
+        time.sleep(rng.uniform(3.0, 7.0))  # Ray starts in ~3 s: kills land while trials run and while asking
+        if proc.poll() is None:
+            _kill_group(proc)
+    done = run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    study = load(tmp_path)
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == 6
+    assert len({t.params["rl_config.clip_ratio"] for t in complete}) == 6
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    assert all(t.user_attrs["attempt"] == 1 for t in complete)  # deaths of the driver cost no attempt
+    for t in study.trials:  # a point that completed was never started again afterwards
+        later = [u for u in complete if u.number > t.number and u.params == t.params]
+        assert not (t.state == TrialState.COMPLETE and later), (t.number, [u.number for u in later])
+
+
+def test_a_study_with_no_complete_trial_exits_non_zero(tmp_path):
+    spec = write_spec(tmp_path, trials=1, concurrency=1, retries=0,
+                      search={"rl_config.entropy_coeff": "choice(0.1)"}, backend="sweep_test_backends:FaultBackend")
+    done = run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ended with no complete trial" in done.stderr and "Traceback" not in done.stderr
+    assert states(load(tmp_path)) == {"FAIL": 1}

@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 import yaml
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
@@ -62,6 +62,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if run.interrupted:
         console.print("interrupted: rerun the same command to resume")
         return 130
+    if not any(t.state == TrialState.COMPLETE for t in run.study.get_trials(deepcopy=False)):
+        print(
+            f"error: {spec.source}: study '{spec.study}' ended with no complete trial (see the reasons above)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

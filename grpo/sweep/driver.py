@@ -13,6 +13,7 @@ means), ``study_store`` (writes Optuna's ``Trial`` does not cover), ``scheduler`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import signal
@@ -45,6 +46,7 @@ from grpo.sweep.worker import Event
 POLL_S = 0.05
 TIMEOUT_KILL_GRACE_S = 30.0
 MAX_INFEASIBLE_IN_A_ROW = 200
+MAX_DUPLICATES_IN_A_ROW = 50
 CONSTRAINT = "feasible"  # Optuna constraint key: > 0 means the point broke a config rule
 
 
@@ -61,6 +63,22 @@ class _Live:
     curves: dict[int, dict[str, list[tuple[int, float]]]] = field(default_factory=dict)  # seed -> metric -> points
     last_iteration: dict[int, int] = field(default_factory=dict)  # seed -> iteration
     stop_reason: str | None = None
+    pruned_note: str | None = None  # where and at what value the pruner stopped it
+
+
+@dataclass(frozen=True)
+class _Skipped:
+    """An asked point that is not run: it breaks a rule, or it already ran (``duplicate_of``)."""
+
+    reason: str
+    duplicate_of: int | None = None
+
+
+class _LostRace:
+    """The study's budget went to another driver between our count and our ask."""
+
+
+_LOST_RACE = _LostRace()
 
 
 @dataclass(frozen=True)
@@ -96,28 +114,32 @@ class StudyRun:
 
 
 class _Interrupt:
-    """First Ctrl-C: stop sampling, let running trials stop cleanly. Second: stop now."""
+    """First Ctrl-C (or SIGTERM, what schedulers and ``kill`` send): stop sampling, let running trials
+    stop cleanly. Second: stop now. Neither costs a trial an attempt: the trials resume on the next run."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.count = 0
-        self._old: Any = None
+        self._old: dict[int, Any] = {}
 
     def __enter__(self) -> _Interrupt:
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handle)
+            self._old = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
         if self.count == 1:
+            name = signal.Signals(signum).name
             print(
-                "\ninterrupt: no new trials; running trials stop at their next iteration (Ctrl-C again to stop now)",
+                f"\n{name}: no new trials; running trials stop at their next iteration (again to stop now)",
                 flush=True,
             )
 
     def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 def forked(spec: SweepSpec, name: str) -> SweepSpec:
@@ -135,13 +157,26 @@ def run_study(
     backend = load_backend(spec)
     checks = preflight(spec, space, backend, no_plan=no_plan)  # raises UserError before anything is written
     study, _ = open_study(spec, base_config=checks.base_cfg.to_dict())
-    study.sampler = make_sampler(spec, space)
-    study.pruner = make_pruner(spec)
     me = lease.new_driver_identity()
+    study.sampler = make_sampler(spec, space, seed=sampler_seed(spec, study, me))
+    study.pruner = make_pruner(spec)
     builder = TrialBuilder(spec, space, backend, checks.base_cfg, (me["host"], me["pid"]), no_plan=no_plan)
     driver = _Driver(spec, space, backend, study, builder, me, quiet=quiet, progress=progress)
     driver.loop()
     return StudyRun(study, driver.interrupted)
+
+
+def sampler_seed(spec: SweepSpec, study: optuna.Study, me: lease.DriverIdentity) -> int | None:
+    """The sampler seed of this run: ``sampler.seed`` for a new study (a seeded study starts the same way
+    every time); for a study with trials, one derived from the seed, the trials stored and this driver, so a
+    restarted or a second driver does not replay the proposals already made (None: Optuna's random seed)."""
+    if spec.sampler.seed is None:
+        return None
+    stored = len(study.get_trials(deepcopy=False))
+    if stored == 0:
+        return spec.sampler.seed
+    digest = hashlib.sha256(f"{spec.sampler.seed}:{stored}:{me['id']}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 class _Driver:
@@ -166,6 +201,8 @@ class _Driver:
         self.pruning = not spec.multi_objective  # Optuna's report/should_prune are single-objective
         self.reducers = [o.reducer() for o in spec.objectives]
         self.interrupted = False
+        self.exhausted = False  # the sampler only repeats points that already ran
+        self.infeasible_in_a_row = self.duplicates_in_a_row = 0
 
     # -- budget ---------------------------------------------------------------------------------------
     def _budget_left(self) -> int:
@@ -182,7 +219,6 @@ class _Driver:
         cluster = self.spec.cluster
         self.sched = RayScheduler(address=cluster.address, num_cpus=cluster.num_cpus, resources=dict(cluster.resources))
         last_beat = last_reap = time.monotonic()
-        infeasible_in_a_row = 0
         with _Interrupt() as interrupt:
             try:
                 while True:
@@ -194,9 +230,10 @@ class _Driver:
                     elif interrupt.count >= 2:
                         for number in list(self.live):
                             self.sched.kill(number)
-                    if interrupt.count == 0:
-                        infeasible_in_a_row = self._fill_slots(infeasible_in_a_row)
-                    if not self.live and self.pending is None and (interrupt.count or self._budget_left() <= 0):
+                    if interrupt.count == 0 and not self.exhausted:
+                        self._fill_slots()
+                    done = interrupt.count or self.exhausted or self._budget_left() <= 0
+                    if not self.live and self.pending is None and done:
                         break
                     finished, events = self.sched.poll(POLL_S if self.live else 0.01)
                     for number, evs in events.items():
@@ -221,36 +258,63 @@ class _Driver:
                     self.progress.update(self.snapshot())
 
     # -- asking ---------------------------------------------------------------------------------------
-    def _fill_slots(self, infeasible_in_a_row: int) -> int:
+    def _fill_slots(self) -> None:
         while len(self.live) < self.spec.concurrency:
             if self.pending is None:
-                if self._budget_left() <= 0:
-                    return infeasible_in_a_row
-                live, problem = self._ask()
-                if live is None:
-                    if problem is None:  # lost the race for the last budget slot to another driver
-                        return infeasible_in_a_row
-                    infeasible_in_a_row += 1
-                    if infeasible_in_a_row >= MAX_INFEASIBLE_IN_A_ROW:
-                        raise UserError(
-                            f"{self.spec.path}: search: {MAX_INFEASIBLE_IN_A_ROW} sampled points in a row broke a "
-                            f"config rule; last: {problem}"
-                        )
+                if self._budget_left() <= 0 or self.exhausted:
+                    return
+                asked = self._ask()
+                if isinstance(asked, _LostRace):
+                    return
+                if isinstance(asked, _Skipped):
+                    self._count_skip(asked)
                     continue
-                infeasible_in_a_row = 0
-                self.pending = live
+                self.infeasible_in_a_row = self.duplicates_in_a_row = 0
+                self.pending = asked
             live = self.pending
             if not self.sched.fits(live.plan.options):  # wait for room: ours frees as trials end
-                return infeasible_in_a_row
+                return
             self.pending = None
             self._submit(live)
-        return infeasible_in_a_row
 
-    def _ask(self) -> tuple[_Live | None, str | None]:
+    def _count_skip(self, skipped: _Skipped) -> None:
+        """Too many infeasible points in a row is the spec's fault; too many repeats means the space is spent."""
+        if skipped.duplicate_of is not None:
+            self.duplicates_in_a_row += 1
+            if self.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
+                self.exhausted = True
+                self._say(
+                    f"the sampler proposed {MAX_DUPLICATES_IN_A_ROW} points in a row that already ran: the search "
+                    f"space looks exhausted, no new trials"
+                )
+            return
+        self.infeasible_in_a_row += 1
+        if self.infeasible_in_a_row >= MAX_INFEASIBLE_IN_A_ROW:
+            raise UserError(
+                f"{self.spec.path}: search: {MAX_INFEASIBLE_IN_A_ROW} sampled points in a row broke a "
+                f"config rule; last: {skipped.reason}"
+            )
+
+    def _ran_before(self, params: dict[str, Any], number: int) -> int | None:
+        """The number of a trial that ran (or runs) these very parameters, if any."""
+        for t in self.study.get_trials(deepcopy=False):
+            if t.number != number and t.params == params and holds_budget(t):
+                return t.number
+        return None
+
+    def _ask(self) -> _Live | _Skipped | _LostRace:
+        """Ask Optuna for a point and build its trial: the trial to launch, a skipped point, or ``_LOST_RACE``."""
         trial = self.study.ask()
         trial.set_user_attr("driver", self.me)  # heartbeat: datetime_start until the first beat
         params = self.space.suggest(trial)
         number = trial.number
+        if trial.user_attrs.get("retry_of") is None:
+            earlier = self._ran_before(params, number)
+            if earlier is not None:  # a restart's or another driver's sampler repeating a point: never rerun
+                trial.set_user_attr("infeasible", True)
+                trial.set_user_attr("pruned_reason", f"not run: the same parameters as trial {earlier}")
+                self.study.tell(trial, state=TrialState.PRUNED)
+                return _Skipped(f"same parameters as trial {earlier}", duplicate_of=earlier)
         if not self._within_budget(number):
             trial.set_user_attr("infeasible", True)
             trial.set_user_attr("pruned_reason", "not run: the study reached its trial budget (another driver)")
@@ -259,7 +323,7 @@ class _Driver:
                 keep = ("retry_of", "attempt", "resume_from")
                 frozen = self.store.frozen(trial)
                 self.store.enqueue_retry(frozen, {k: frozen.user_attrs[k] for k in keep if k in frozen.user_attrs})
-            return None, None
+            return _LOST_RACE
         self.store.record_retry_lineage(trial)
         trial_dir = (self.spec.study_dir / "trials" / str(number)).resolve()
         resume_from = trial.user_attrs.get("resume_from")
@@ -274,7 +338,7 @@ class _Driver:
             trial.set_constraint(CONSTRAINT, 1.0)
             self.study.tell(trial, state=TrialState.PRUNED)
             self._say(f"trial {number} pruned before launch: {reason}")
-            return None, reason
+            return _Skipped(reason)
         trial.set_constraint(CONSTRAINT, 0.0)
         plan.write_files(trial_dir)
         # Each attr is one journal write (and fsync): start/end times are Optuna's datetime_start/complete.
@@ -295,7 +359,7 @@ class _Driver:
             for seed, iteration, metrics in history:
                 self._record(live, seed, iteration, metrics)
             trial.set_user_attr("resumed_at_iteration", {str(k): v for k, v in start_at.items()})
-        return live, None
+        return live
 
     def _submit(self, live: _Live) -> None:
         self.sched.submit(live.number, live.plan.job, live.plan.options)
@@ -332,8 +396,19 @@ class _Driver:
             return
         for seed, iteration, metrics in events:
             self._record(live, seed, iteration, metrics)
+        first = live.plan.job.runs[0]
+        reached = live.last_iteration.get(first.seed, 0)
+        if reached >= first.cfg.megatron_training.train_iters:
+            return  # it ran all its iterations: it completes, it is never pruned at its last step
         if self.pruning and live.stop_reason is None and live.trial.should_prune():
             live.stop_reason = "pruned"
+            objective = self.spec.objectives[0]
+            value = self._objective_so_far(live, first.seed, 0)
+            shown = "none" if value is None else f"{value:.4g}"
+            live.pruned_note = (
+                f"pruned by the {self.spec.pruner.name} pruner at iteration {reached} of "
+                f"{first.cfg.megatron_training.train_iters}: {objective.metric} ({objective.reduce}) so far {shown}"
+            )
             self.sched.stop(number, "pruned")
 
     def _objective_so_far(self, live: _Live, seed: int, index: int) -> float | None:
@@ -379,7 +454,7 @@ class _Driver:
             shown = ", ".join(f"{o.metric}={v:.4g}" for o, v in zip(self.spec.objectives, outcome.values, strict=True))
             self._say(f"trial {number} complete: {shown}")
         elif isinstance(outcome, Pruned):
-            trial.set_user_attr("pruned_reason", outcome.reason)
+            trial.set_user_attr("pruned_reason", live.pruned_note or outcome.reason)
             self.study.tell(trial, state=TrialState.PRUNED)
             self._say(f"trial {number} pruned at iteration {max(live.last_iteration.values(), default=0)}")
         elif isinstance(outcome, Interrupted):

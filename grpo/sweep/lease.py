@@ -6,7 +6,9 @@ one for every storage: each RUNNING trial carries ``driver`` ({id, host, pid}) a
 time) user attrs, refreshed by the driver that runs it. A RUNNING trial is dead when its driver's process
 is gone (same host: checked at once) or its heartbeat is older than ``stale_after`` seconds (any host).
 The reaper marks dead trials FAIL and enqueues a retry with the same parameters, like Optuna's
-``RetryHeartbeatStaleTrialCallback``; the retry resumes from the dead trial's last checkpoint.
+``RetryHeartbeatStaleTrialCallback``; the retry resumes from the dead trial's last checkpoint. A driver's
+death is not the trial's fault: the retry keeps the trial's attempt number (only a trial's own failures
+use up its ``retries``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,6 @@ def reap(store: StudyStore, me: DriverIdentity, retries: int, stale_after: float
         why = is_dead(trial, now, me, stale_after)
         if why is None:
             continue
-        fail_and_maybe_retry(store, trial, f"driver died: {why}", retries, resumable=True)
+        fail_and_maybe_retry(store, trial, f"driver died: {why}", retries, resumable=True, count_attempt=False)
         reaped.append(trial.number)
     return reaped

@@ -71,6 +71,8 @@ def decide(
     if worker_error is not None:
         if stop_reason == "timeout":
             return Failed(f"timeout after {timeout_s} s (killed)", log_lines)
+        if stop_reason == "interrupted":  # a second Ctrl-C (or SIGTERM) killed it: not the trial's fault
+            return Interrupted(log_lines=log_lines)
         return Failed(worker_error, log_lines)
     status = result.get("status")
     if status == "failed":

@@ -172,10 +172,11 @@ def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> SamplerChec
     return SamplerCheck(problems, notes, trials)
 
 
-def make_sampler(spec: SweepSpec, space: SearchSpace) -> optuna.samplers.BaseSampler:
-    """The Optuna sampler of ``spec`` (see the module doc for the defaults of each name)."""
+def make_sampler(spec: SweepSpec, space: SearchSpace, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler of ``spec`` (see the module doc for the defaults of each name); ``seed``, when
+    given, replaces ``sampler.seed`` (the driver derives one per run: ``grpo.sweep.driver.sampler_seed``)."""
     name, src = spec.sampler.name, spec.source
-    kwargs: dict[str, Any] = {"seed": spec.sampler.seed}
+    kwargs: dict[str, Any] = {"seed": spec.sampler.seed if seed is None else seed}
     if name == "tpe":
         kwargs |= {"multivariate": True, "constant_liar": spec.concurrency > 1, "group": space.has_conditionals}
     elif name == "grid":

@@ -98,7 +98,6 @@ def open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.Stu
     Two drivers starting at once on a fresh RDB race to create Optuna's tables (a unique-key error from
     PostgreSQL for one of them): the loser retries after a short pause, when the tables exist.
     """
-    spec.study_dir.mkdir(parents=True, exist_ok=True)
     for attempt in range(5):
         try:
             return _open_study(spec, base_config)
@@ -125,6 +124,14 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
         if [d.name.lower() for d in existing.directions] != directions:
             raise UserError(f"{spec.path}: objective: directions {directions} differ from the stored study's")
         return existing, True
+    leftovers = spec.study_dir / "trials"
+    if leftovers.is_dir() and any(leftovers.iterdir()):
+        # Trial folders belong to one study: a new study must not resume from, or append to, another's.
+        raise UserError(
+            f"{spec.path}: study '{spec.study}' is new in its storage ({spec.storage_url()}) but {leftovers} holds the "
+            f"trial folders of an earlier study of that name; move them away, or run with --fork NEW_NAME"
+        )
+    spec.study_dir.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(study_name=spec.study, storage=storage, directions=directions, load_if_exists=True)
     attrs = {
         "spec": spec.to_dict(),
