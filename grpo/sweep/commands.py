@@ -31,7 +31,7 @@ def _existing_study(spec: SweepSpec) -> optuna.Study:
 
     study = find_study(spec)
     if study is None:
-        raise UserError(f"{spec.path}: study '{spec.study}' has not been run yet (storage {spec.storage_url()})")
+        raise UserError(f"{spec.path}: study '{spec.study}' has not been run yet (storage {spec.storage_label()})")
     return study
 
 
@@ -115,7 +115,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"study": spec.study, "trials": rows}, default=str, indent=2))
         return 0
-    table = Table(title=f"{spec.study} ({spec.storage_url()})")
+    table = Table(title=f"{spec.study} ({spec.storage_label()})")
     for col in ("#", "state", "value", "params", "iter", "wall s", "reason"):
         table.add_column(col)
     for r in rows:
@@ -207,7 +207,7 @@ def validate_spec(args: argparse.Namespace) -> int:
     console = Console()
     console.print(
         f"[bold]{spec.study}[/bold]: base {spec.base}, backend {spec.backend}, {spec.trials} trials, "
-        f"concurrency {spec.concurrency}, seeds {spec.seeds}, storage {spec.storage_url()}"
+        f"concurrency {spec.concurrency}, seeds {spec.seeds}, storage {spec.storage_label()}"
     )
     table = Table(title="search space")
     table.add_column("key")
@@ -217,8 +217,8 @@ def validate_spec(args: argparse.Namespace) -> int:
         when = spec.search[key].when
         table.add_row(key, repr(dist), json.dumps(when) if when else "")
     console.print(table)
-    grid = space.grid_points()
-    console.print(f"grid points: {len(grid) if grid is not None else 'continuous (no grid)'}")
+    size = space.grid_size()
+    console.print(f"grid points: {f'{size:,}' if size is not None else 'continuous (no grid)'}")
     checked = checks.checked
     feasible = [p for p, problems in checked if not problems]
     console.print(

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from grpo.config import default_config_dir
+from grpo.config import default_config_dir, load_config
 from grpo.errors import UserError, did_you_mean, dotted, validation_lines
 from grpo.sweep.samplers import check_sampler_and_pruner
 from grpo.sweep.space import SearchSpace, check_key, parse_overrides
@@ -68,18 +68,70 @@ def _problems(error: ValidationError, source: str, objective_was_list: bool) -> 
 
 
 # ------------------------------------------------------------------------------------------ loading
-def _read_yaml(path: Path, source: str) -> Any:
+MAX_YAML_VALUES = 100_000  # a spec is a few hundred values; YAML aliases must not expand past this
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key written twice in one mapping (YAML requires unique keys;
+    PyYAML would silently keep the last one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is written twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(data: Any) -> int:
+    """How many values ``data`` holds once YAML aliases are expanded (each shared object counted once per
+    use, computed once per object: an alias bomb is counted in linear time, never expanded)."""
+    sizes: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if not isinstance(value, (dict, list)):
+            return 1
+        known = sizes.get(id(value))
+        if known is None:
+            sizes[id(value)] = 1  # a self-referencing alias counts once, not forever
+            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            known = sizes[id(value)] = 1 + sum(size(child) for child in children)
+        return known
+
+    return size(data)
+
+
+def _read_text(path: Path, source: str) -> str:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as err:
         raise UserError(f"{source}: cannot read the spec file ({err.strerror})") from None
     try:
-        return yaml.safe_load(text)
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        kind = "UTF-16" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "not UTF-8"
+        raise UserError(f"{source}: the spec file is {kind} text; save it as UTF-8") from None
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        data = yaml.load(text, Loader=_SpecLoader)  # a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UserError(f"{where}: YAML syntax error: {problem}") from None
+    if _expanded_size(data) > MAX_YAML_VALUES:
+        raise UserError(f"{source}: YAML aliases expand to more than {MAX_YAML_VALUES:,} values; write them out")
+    return data
+
+
+def _read_yaml(path: Path, source: str) -> Any:
+    return _parse_yaml(_read_text(path, source), source)
 
 
 def looks_like_spec(target: str) -> bool:
@@ -92,11 +144,11 @@ def looks_like_spec(target: str) -> bool:
     try:
         if not (path.is_file() and path.suffix in (".yaml", ".yml")):
             return False
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError:
         return False
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SpecLoader)  # aliases are shared, not expanded: safe on a bomb
     except yaml.YAMLError:
         # Broken YAML: decide on the top-level keys as written, so the spec loader reports the error.
         return bool(re.search(r"^(study|search)\s*:", text, flags=re.MULTILINE))
@@ -160,6 +212,8 @@ def load_spec(
         lines += _content_problems(data, spec_path, source, skip=reported)[0]
         raise UserError(lines[0], problems=lines) from None
     problems, base, space = _content_problems(data, spec_path, source, skip=set())
+    if base is not None and not problems:
+        problems += _override_problems(base, spec.overrides, source)
     if problems or base is None or space is None:
         raise UserError(problems[0], problems=problems)
     located = spec.located(spec_path, base, warnings=[])
@@ -232,6 +286,37 @@ def _content_problems(
         except UserError as err:
             problems += err.problems
     return problems, base, space
+
+
+def _override_problems(base: str, overrides: list[str], source: str) -> list[str]:
+    """What the spec's fixed overrides break in the base config, named as the spec's mistakes.
+
+    A line about a key an override sets reads ``<spec>: overrides[i]: <key>: ...``; a broken rule whose
+    key no override names is the spec's too when the base alone is valid (``<spec>: overrides: ...``).
+    """
+    try:
+        load_config(base, overrides)
+    except UserError as err:
+        broken = err.problems
+    else:
+        return []
+    try:
+        load_config(base)
+        base_is_fine = True
+    except UserError:
+        base_is_fine = False
+    keys = [str(o).split("=", 1)[0].lstrip("+~") for o in overrides]
+    lines = []
+    for line in broken:
+        _, _, what = line.partition(": ")  # drop the config file's name
+        index = next((i for i, key in enumerate(keys) if what.startswith(f"{key}:")), None)
+        if index is not None:
+            lines.append(f"{source}: overrides[{index}]: {what}")
+        elif base_is_fine:
+            lines.append(f"{source}: overrides: {what}")
+        else:
+            lines.append(line)
+    return lines
 
 
 def _check_overrides(overrides: list[Any], search: dict[str, Any], source: str) -> list[str]:

@@ -29,15 +29,13 @@ import inspect
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 
 from grpo.errors import UserError, did_you_mean
-
-if TYPE_CHECKING:
-    from grpo.sweep.space import SearchSpace
-    from grpo.sweep.spec import SweepSpec
+from grpo.sweep.space import MAX_GRID_POINTS, SearchSpace
+from grpo.sweep.spec import SweepSpec
 
 
 class AskTellGridSampler(optuna.samplers.GridSampler):
@@ -127,6 +125,11 @@ def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> SamplerChec
             problems.append(
                 f"{src}: sampler.name: grid cannot sample conditional parameters (search.{conditional[0]} has when:); "
                 "use random or tpe, or drop when:"
+            )
+        elif (space.grid_size() or 0) > MAX_GRID_POINTS:
+            problems.append(
+                f"{src}: sampler.name: grid over {space.grid_size():,} points is more than grid sampling can "
+                f"enumerate ({MAX_GRID_POINTS:,}); use random or tpe, or fewer values"
             )
         else:
             n = len(space.grid_points() or [])

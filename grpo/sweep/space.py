@@ -128,16 +128,32 @@ def parse_expression(key: str, expression: str) -> BaseDistribution:
     raise ValueError(f"{text} is not a sweep expression Optuna can sample")
 
 
+MAX_GRID_POINTS = 100_000  # more than this is never enumerated (``range(1, 10**12)`` is counted, not listed)
+
+
+def distribution_size(dist: BaseDistribution) -> int | None:
+    """How many values a discrete distribution can take; None for a continuous one."""
+    if isinstance(dist, CategoricalDistribution):
+        return len(dist.choices)
+    if isinstance(dist, IntDistribution):
+        return (dist.high - dist.low) // dist.step + 1
+    if isinstance(dist, FloatDistribution) and dist.step is not None:
+        return round((dist.high - dist.low) / dist.step) + 1
+    return None
+
+
 def distribution_values(dist: BaseDistribution) -> list[Any] | None:
-    """Every value a discrete distribution can take, in order; None for a continuous one."""
+    """Every value a discrete distribution can take, in order; None for a continuous one, or for one with
+    more than ``MAX_GRID_POINTS`` values (too many to list)."""
+    size = distribution_size(dist)
+    if size is None or size > MAX_GRID_POINTS:
+        return None
     if isinstance(dist, CategoricalDistribution):
         return list(dist.choices)
     if isinstance(dist, IntDistribution):
         return list(range(dist.low, dist.high + 1, dist.step))
-    if isinstance(dist, FloatDistribution) and dist.step is not None:
-        n = round((dist.high - dist.low) / dist.step)
-        return [round(dist.low + i * dist.step, 12) for i in range(n + 1)]
-    return None
+    assert isinstance(dist, FloatDistribution) and dist.step is not None
+    return [round(dist.low + i * dist.step, 12) for i in range(size)]
 
 
 def format_value(value: Any) -> str:
@@ -303,7 +319,18 @@ class SearchSpace:
         return {p.key: p.distribution for p in self.params}
 
     def continuous_keys(self) -> list[str]:
-        return [p.key for p in self.params if distribution_values(p.distribution) is None]
+        return [p.key for p in self.params if distribution_size(p.distribution) is None]
+
+    def grid_size(self) -> int | None:
+        """How many points the full grid has (conditional parameters counted as always active: an upper
+        bound); None when a dimension is continuous. Counted, never enumerated."""
+        total = 1
+        for p in self.params:
+            size = distribution_size(p.distribution)
+            if size is None:
+                return None
+            total *= size
+        return total
 
     @staticmethod
     def is_active(param: Param, chosen: Mapping[str, Any]) -> bool:
@@ -338,9 +365,11 @@ class SearchSpace:
         return None if any(v is None for v in values.values()) else values  # type: ignore[return-value]
 
     def grid_points(self) -> list[dict[str, Any]] | None:
-        """Every distinct parameter set (active parameters only); None when a dimension is continuous."""
+        """Every distinct parameter set (active parameters only); None when a dimension is continuous or
+        the grid has more than ``MAX_GRID_POINTS`` points."""
+        size = self.grid_size()
         values = self.grid_values()
-        if values is None:
+        if values is None or size is None or size > MAX_GRID_POINTS:
             return None
         points: list[dict[str, Any]] = [{}]
         for p in self.params:

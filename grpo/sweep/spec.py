@@ -101,7 +101,7 @@ class ClusterSpec(_Strict):
     @field_validator("address")
     @classmethod
     def _address(cls, value: str) -> str:
-        if not ADDRESS.match(value):
+        if not ADDRESS.fullmatch(value):
             raise ValueError(f"must be local, auto or ray://host:port (got {value!r})")
         return value
 
@@ -211,14 +211,14 @@ class SweepSpec(_Strict):
     @field_validator("study")
     @classmethod
     def _study_name(cls, value: str) -> str:
-        if not STUDY_NAME.match(value):
+        if not STUDY_NAME.fullmatch(value):
             raise ValueError(f"must use letters, digits, - and _ only (got {value!r})")
         return value
 
     @field_validator("backend")
     @classmethod
     def _backend(cls, value: str) -> str:
-        if not BACKEND.match(value):
+        if not BACKEND.fullmatch(value):
             raise ValueError(f"must be embedded, mindspeed or package.module:ClassName (got {value})")
         return value
 
@@ -246,10 +246,15 @@ class SweepSpec(_Strict):
     @field_validator("storage")
     @classmethod
     def _storage_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(STORAGE_SCHEMES):
+        if value is None:
+            return value
+        shown = masked_url(value)
+        if not value.startswith(STORAGE_SCHEMES):
             raise ValueError(
-                f"must be an Optuna storage URL (journal:PATH, sqlite:///PATH, postgresql://...) (got {value!r})"
+                f"must be an Optuna storage URL (journal:PATH, sqlite:///PATH, postgresql://...) (got {shown!r})"
             )
+        if value in ("journal:", "sqlite:///") or value.startswith("sqlite:///:memory:"):
+            raise ValueError(f"must name a file or a database that outlives the run, to resume from (got {shown!r})")
         return value
 
     @model_validator(mode="after")
@@ -288,6 +293,10 @@ class SweepSpec(_Strict):
     def directions(self) -> list[str]:
         return [o.direction for o in self.objectives]
 
+    def storage_label(self) -> str:
+        """``storage_url()`` as it may be shown or stored: a password in it is masked."""
+        return masked_url(self.storage_url())
+
     def storage_url(self) -> str:
         """``storage`` when set, else ``journal:studies/<study>/journal.log`` (an Optuna journal file)."""
         return self.storage or f"journal:{(self.study_dir / 'journal.log').as_posix()}"
@@ -304,5 +313,14 @@ class SweepSpec(_Strict):
         return spec
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict in the spec's own spelling (``objective:``); round-trips through model_validate."""
-        return self.model_dump(mode="json", by_alias=True)
+        """Plain JSON-able dict in the spec's own spelling (``objective:``), a storage password masked (what
+        the study stores); round-trips through model_validate."""
+        data = self.model_dump(mode="json", by_alias=True)
+        if data.get("storage"):
+            data["storage"] = masked_url(data["storage"])
+        return data
+
+
+def masked_url(url: str) -> str:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db`` (other URLs unchanged)."""
+    return re.sub(r"^([A-Za-z0-9+.-]+://[^/:@]*:)[^/@]*@", r"\1***@", url)

@@ -42,15 +42,53 @@ def make_storage(spec: SweepSpec, **rdb_kwargs: Any) -> BaseStorage:
     (sqlite, postgresql, mysql) gives ``RDBStorage(url, **rdb_kwargs)``.
     """
     url = spec.storage_url()
-    if url.startswith("journal:"):
-        journal = Path(url[len("journal:") :]).expanduser()
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
-    if url.startswith("sqlite:///"):
-        db = url[len("sqlite:///") :]
-        if db and db != ":memory:":
-            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(url, **rdb_kwargs)
+    where = f"{spec.source}: storage: {spec.storage_label()}"
+    try:
+        if url.startswith("journal:"):
+            journal = Path(url[len("journal:") :]).expanduser()
+            journal.parent.mkdir(parents=True, exist_ok=True)
+            return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+        if url.startswith("sqlite:///"):
+            Path(url[len("sqlite:///") :]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        return _rdb_storage(url, **rdb_kwargs)
+    except OSError as err:
+        raise UserError(f"{where}: cannot write there ({err.strerror})") from None
+    except ImportError as err:  # the database driver (e.g. psycopg for postgresql://) is not installed
+        raise UserError(
+            f"{where}: its database driver is not installed ({err}); pip install grpo-sweep[postgres]"
+        ) from None
+    except Exception as err:  # unreachable server, bad credentials, a bad URL (sqlalchemy / Optuna errors)
+        if not _is_storage_error(err):
+            raise
+        reason = _first_line(err).replace(url, spec.storage_label())
+        raise UserError(f"{where}: cannot open it ({reason})") from None
+
+
+def _rdb_storage(url: str, **rdb_kwargs: Any) -> BaseStorage:
+    """``RDBStorage(url)``. Two drivers starting at once on a fresh database race to create Optuna's tables
+    (a unique-key error from PostgreSQL for one of them): the loser retries after a short pause."""
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, **rdb_kwargs)
+        except Exception as err:
+            text = f"{err} {err.__cause__ or ''}"
+            if attempt == 4 or not ("unique constraint" in text or "already exists" in text):
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _is_storage_error(err: Exception) -> bool:
+    kinds = [type(err), *(type(e) for e in (err.__cause__, err.__context__) if e is not None)]
+    return any(k.__module__.startswith(("sqlalchemy", "optuna.exceptions", "psycopg")) for k in kinds) or isinstance(
+        err, (optuna.exceptions.StorageInternalError, ValueError)
+    )
+
+
+def _first_line(err: BaseException) -> str:
+    cause = err.__cause__ or err.__context__ or err
+    text = str(cause).strip().splitlines()
+    return text[0][:200] if text else type(cause).__name__
 
 
 def fingerprint(spec: SweepSpec) -> str:
@@ -78,12 +116,23 @@ def fingerprint(spec: SweepSpec) -> str:
 
 
 def find_study(spec: SweepSpec) -> optuna.Study | None:
-    """The spec's existing study, or None when it was never run (nothing is created)."""
+    """The spec's existing study, or None when it was never run. Writes nothing: no folder, no journal
+    or SQLite file, no tables (``status``, ``best``, ``report`` and ``export`` are read-only)."""
+    url = spec.storage_url()
+    for scheme in ("journal:", "sqlite:///"):
+        if url.startswith(scheme) and not Path(url[len(scheme) :]).expanduser().is_file():
+            return None
     try:
-        storage = make_storage(spec)
-    except (OSError, UserError):
+        storage = make_storage(spec, **({} if url.startswith("journal:") else {"skip_table_creation": True}))
+        names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    except OSError:
         return None
-    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    except UserError:
+        raise  # an unreachable database is an error, not a study that was never run
+    except Exception as err:  # an RDB without Optuna's tables yet (sqlalchemy errors): no study there
+        if "sqlalchemy" not in type(err).__module__:
+            raise
+        return None
     if spec.study not in names:
         return None
     return optuna.load_study(study_name=spec.study, storage=storage)
@@ -128,8 +177,8 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
     if leftovers.is_dir() and any(leftovers.iterdir()):
         # Trial folders belong to one study: a new study must not resume from, or append to, another's.
         raise UserError(
-            f"{spec.path}: study '{spec.study}' is new in its storage ({spec.storage_url()}) but {leftovers} holds the "
-            f"trial folders of an earlier study of that name; move them away, or run with --fork NEW_NAME"
+            f"{spec.path}: study '{spec.study}' is new in its storage ({spec.storage_label()}) but {leftovers} "
+            f"holds the trial folders of an earlier study of that name; move them away, or run with --fork NEW_NAME"
         )
     spec.study_dir.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(study_name=spec.study, storage=storage, directions=directions, load_if_exists=True)
