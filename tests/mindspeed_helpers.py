@@ -83,3 +83,22 @@ def standin_pid(run_dir: Path) -> int:
         if line.startswith("(train pid="):
             return int(line.split("pid=")[1].split(")")[0])
     raise AssertionError("no stand-in line in train.log")
+
+
+def composed_args(run_dir: Path) -> dict[str, str]:
+    """The Megatron arguments the stand-in printed (Megatron's ``_print_args`` block) in ``run_dir/train.log``:
+    what it really composed, whatever grpo-sweep rendered."""
+    args: dict[str, str] = {}
+    inside = False
+    for line in (run_dir / "train.log").read_text().splitlines():
+        text = line.split(") ", 1)[1] if line.startswith("(train pid=") else line
+        if "-- arguments --" in text:
+            inside = True
+        elif "end of arguments" in text:
+            break
+        elif inside and " ..." in text:
+            key, _, value = text.strip().partition(" ")
+            args[key] = value.lstrip(". ").strip()
+    if not args:
+        raise AssertionError("the stand-in printed no arguments block")
+    return args

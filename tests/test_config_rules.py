@@ -64,6 +64,9 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
                                       "rl_config.adv_estimator=group_norm")],
     "wandb_needs_project": [("tiny", ["rl_config.use_wandb=true"],
                              "rl_config.use_wandb=true needs rl_config.wandb_project (got '')")],
+    # mindspeed_rl/utils/loggers.py, WandbLogger._init_wandb: "Please specify the wandb experiment name!"
+    "wandb_needs_exp_name": [("tiny", ["rl_config.use_wandb=true", "rl_config.wandb_project=grpo"],
+                              "rl_config.use_wandb=true needs rl_config.wandb_exp_name (got '')")],
     "min_lr_not_above_lr": [("tiny", ["actor_config.min_lr=1e-3"],
                              "actor_config.min_lr=0.001 is larger than actor_config.lr=0.0002")],
     "recompute_method_needs_full": [
@@ -166,3 +169,56 @@ def test_derived_values_follow_mindspeed_batch_arithmetic(bases):
     assert big.optimizer_steps_per_iteration == 2 * 32 // 8
     assert big.micro_batches_per_step == 8 * 8 // 4 // 1
     assert big.prompts_per_generation_replica == 4
+
+
+def test_a_named_wandb_run_passes(bases):
+    """WandbLogger._init_wandb accepts a project with an experiment name."""
+    cfg = compose("tiny", ["rl_config.use_wandb=true", "rl_config.wandb_project=grpo", "rl_config.wandb_exp_name=t0"])
+    assert check_rules(cfg) == []
+
+
+# Each batch/layout refusal of MindSpeed-RL's validate_rl_args (mindspeed_rl/config_cls/validate_config.py,
+# master 05a90d7) that our schema can express, as (its inner check, overrides on the 7B A3 config that
+# break it). Our rules must refuse every one: a config MindSpeed-RL refuses at launch never launches.
+VALIDATE_RL_ARGS = [
+    ("_validate_resource: num_npus % (TP*PP*CP)", ["actor_config.tensor_model_parallel_size=3"]),
+    ("_validate_batch_ratio: (gbs*n) % micro_batch_size", ["actor_config.micro_batch_size=3"]),
+    ("_validate_data_parallel (Actor): gbs % DP", ["megatron_training.global_batch_size=6",
+                                                    "rl_config.mini_batch_size=6"]),
+    ("_validate_data_parallel (Actor): (gbs/DP*n) % micro_batch_size",
+     ["actor_config.micro_batch_size=32", "rl_config.n_samples_per_prompt=2"]),
+    ("_validate_data_parallel (Generation): gbs % generation DP",
+     ["megatron_training.global_batch_size=4", "rl_config.mini_batch_size=4",
+      "generate_config.infer_tensor_parallel_size=1", "actor_config.micro_batch_size=1"]),
+    ("infer_pipeline_parallel_size > 1", ["generate_config.infer_pipeline_parallel_size=2"]),
+    ("max_model_len < seq_length", ["megatron_training.seq_length=8192"]),
+    ("len(verifier_function) != len(verifier_weight)", ["rl_config.verifier_weight=[1.0,0.5]"]),
+]
+
+
+@pytest.mark.parametrize("check, overrides", VALIDATE_RL_ARGS, ids=[c for c, _ in VALIDATE_RL_ARGS])
+def test_what_validate_rl_args_refuses_is_refused_before_launch(check, overrides):
+    with pytest.raises(UserError):
+        compose("7b", overrides)
+
+
+def test_a_config_validate_rl_args_accepts_passes(bases):
+    """The shipped 7B A3 config and its layouts obey every validate_rl_args rule (see the cases above)."""
+    for layout in ("tp4_pp1", "tp2_pp2", "tp4_pp2"):
+        assert check_rules(compose("7b", [f"layout={layout}", "actor_config.micro_batch_size=2"])) == []
+
+
+def test_every_verifier_we_accept_is_one_mindspeeds_registry_knows():
+    """mindspeed_rl/models/rule_verifier.py, compute_verifier_score: its rule_verifier_function registry.
+    MindSpeed-RL skips an unknown name silently (the reward loses that term); we refuse it. (The registry's
+    acc_for_dapo, acc_for_ppo, math_verify_reward and retool_reward are not accepted yet.)"""
+    from typing import get_args
+
+    from grpo.config.schema import VerifierName
+
+    registry = {"acc", "format", "step", "strict_format", "base_acc", "math_17k_acc", "acc_for_dapo", "acc_for_ppo",
+                "math_verify_reward", "retool_reward"}
+    assert set(get_args(VerifierName)) <= registry
+    with pytest.raises(UserError) as info:
+        compose("7b", ["rl_config.verifier_function=[accuracy]"])
+    assert "rl_config.verifier_function" in str(info.value)

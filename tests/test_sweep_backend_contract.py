@@ -82,3 +82,22 @@ def test_the_driver_and_preflight_name_no_backend():
         text = path.read_text()
         for word in ('"mindspeed"', '"embedded"', "npu_slots", "GRPO_SWEEP_"):
             assert word not in text, f"{path.name} names {word}"
+
+
+def test_launch_warnings_default_to_none_and_preflight_reports_them_without_refusing(tmp_path):
+    """Node-level problems (what the machine running preflight lacks) are warnings, each once (issue 11)."""
+    from grpo.sweep.preflight import preflight
+    from grpo.sweep.space import SearchSpace
+
+    cfg = load_config("grpo_trainer_tiny_cpu")
+    assert EmbeddedBackend().launch_warnings(cfg) == []
+
+    class Away(EmbeddedBackend):
+        def launch_warnings(self, cfg):
+            return ["spec: somewhere: not on this machine"]
+
+    spec = load_spec(write_spec(tmp_path, backend="embedded"))
+    checks = preflight(spec, SearchSpace.from_spec(spec), Away(), no_plan=True)
+    assert checks.warnings == ["spec: somewhere: not on this machine"]
+    assert all(not problems for _, problems in checks.checked)
+

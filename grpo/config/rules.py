@@ -229,6 +229,14 @@ def wandb_needs_project(cfg: GRPOConfig) -> str | None:
     return None
 
 
+def wandb_needs_exp_name(cfg: GRPOConfig) -> str | None:
+    """use_wandb with a wandb_project needs a wandb_exp_name (MindSpeed-RL's WandbLogger refuses an empty one)."""
+    rl = cfg.rl_config
+    if rl.use_wandb and rl.wandb_project and not rl.wandb_exp_name:
+        return "rl_config.use_wandb=true needs rl_config.wandb_exp_name (got '')"
+    return None
+
+
 def min_lr_not_above_lr(cfg: GRPOConfig) -> str | None:
     """min_lr <= lr: the schedule decays towards min_lr."""
     a = cfg.actor_config
@@ -328,6 +336,7 @@ RULES: tuple[Rule, ...] = (
     verifier_lengths_match,
     group_norm_needs_two_samples,
     wandb_needs_project,
+    wandb_needs_exp_name,
     min_lr_not_above_lr,
     recompute_method_needs_full,
     max_model_len_fits_prompt_and_response,

@@ -204,6 +204,8 @@ def validate_spec(args: argparse.Namespace) -> int:
         if searches_layout:  # still show, layout by layout, why each is refused
             Console().print(layout_table(spec, backend))
         raise
+    for line in checks.warnings:  # what this machine lacks to launch trials (they may launch elsewhere)
+        print(f"warning: {line}", file=sys.stderr)
     console = Console()
     console.print(
         f"[bold]{spec.study}[/bold]: base {spec.base}, backend {spec.backend}, {spec.trials} trials, "

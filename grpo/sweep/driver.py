@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -156,6 +157,8 @@ def run_study(
     space = SearchSpace.from_spec(spec)
     backend = load_backend(spec)
     checks = preflight(spec, space, backend, no_plan=no_plan)  # raises UserError before anything is written
+    for line in checks.warnings:  # what this machine lacks to launch trials: they may launch elsewhere
+        print(f"warning: {line}", file=sys.stderr, flush=True)
     study, _ = open_study(spec, base_config=checks.base_cfg.to_dict())
     me = lease.new_driver_identity()
     study.sampler = make_sampler(spec, space, seed=sampler_seed(spec, study, me))

@@ -58,6 +58,9 @@ class LayoutRow:
     estimate: Estimate | None = None
     problem: str | None = None  # the config rule it breaks (then no estimate)
     launch_problems: list[str] = field(default_factory=list)  # the backend's check (e.g. checkpoint missing)
+    # What this machine lacks to launch it (TrialBackend.launch_warnings: e.g. no MindSpeed-RL checkout
+    # here): shown, but the row still fits, since trials may launch on a node that has them.
+    launch_warnings: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -92,7 +95,8 @@ def spec_layout_rows(spec: SweepSpec, backend: TrialBackend) -> list[LayoutRow]:
     """Rows for the layouts of a sweep (see the module docstring), on ``spec.plan.device_memory_gb`` NPUs.
 
     Each row also carries its backend's launch problems (``TrialBackend.check``: for mindspeed, the
-    layout's Megatron checkpoint and the MindSpeed-RL checkout).
+    layout's Megatron checkpoint and the MindSpeed-RL checkout) and what this machine lacks to launch it
+    (``TrialBackend.launch_warnings``: a driver without the checkout cannot see the NPU nodes' files).
     """
     rows = []
     for params in _spec_points(spec):
@@ -103,7 +107,15 @@ def spec_layout_rows(spec: SweepSpec, backend: TrialBackend) -> list[LayoutRow]:
             rows.append(LayoutRow(_label(None, params), params, None, err.problems[0]))
             continue
         est = estimate(cfg, spec.plan.device_memory_gb)
-        rows.append(LayoutRow(_label(cfg, params), params, est, launch_problems=backend.check(cfg)))
+        rows.append(
+            LayoutRow(
+                _label(cfg, params),
+                params,
+                est,
+                launch_problems=backend.check(cfg),
+                launch_warnings=backend.launch_warnings(cfg),
+            )
+        )
     return rows
 
 
@@ -129,6 +141,7 @@ def _why(row: LayoutRow) -> str:
         return est.reason
     headroom = est.usable_gb - max(est.train_peak_gb, est.generation_peak_gb)
     parts = [f"{headroom:.1f} GiB headroom", *est.notes, *(_without_file(p) for p in row.launch_problems)]
+    parts += [f"warning: {_without_file(p)}" for p in row.launch_warnings]
     return "; ".join(parts)
 
 

@@ -7,7 +7,7 @@ trial builder).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -51,38 +51,63 @@ def check_point(
     spec: SweepSpec, space: SearchSpace, backend: TrialBackend, params: dict[str, Any], *, no_plan: bool
 ) -> list[str]:
     """Every reason the point ``params`` cannot run ([] when it can)."""
+    return _check_point(spec, space, backend, params, no_plan=no_plan)[0]
+
+
+def _check_point(
+    spec: SweepSpec, space: SearchSpace, backend: TrialBackend, params: dict[str, Any], *, no_plan: bool
+) -> tuple[list[str], GRPOConfig | None]:
     try:
         cfg = load_config(spec.base, [*spec.overrides, *space.to_overrides(params)])
     except UserError as err:
-        return err.problems
-    return trial_problems(spec, cfg, backend, no_plan=no_plan)
+        return err.problems, None
+    return trial_problems(spec, cfg, backend, no_plan=no_plan), cfg
+
+
+def launch_warnings(backend: TrialBackend, configs: list[GRPOConfig]) -> list[str]:
+    """The backend's ``launch_warnings`` for ``configs``, each line once, in order of first appearance."""
+    return list(dict.fromkeys(line for cfg in configs for line in backend.launch_warnings(cfg)))
 
 
 @dataclass
 class Preflight:
     base_cfg: GRPOConfig  # the base config with the spec's fixed overrides
     checked: list[tuple[dict[str, Any], list[str]]]  # (point, its problems) for each point checked
+    # What this machine lacks to launch trials (the backend's launch_warnings): not errors, since trials
+    # may launch elsewhere; the backend refuses them on a node that lacks them.
+    warnings: list[str] = field(default_factory=list)
 
 
 def preflight(
-    spec: SweepSpec, space: SearchSpace, backend: TrialBackend, *, no_plan: bool, check_all: bool = False
+    spec: SweepSpec,
+    space: SearchSpace,
+    backend: TrialBackend,
+    *,
+    no_plan: bool,
+    check_all: bool = False,
 ) -> Preflight:
     """Raise UserError when the base config is broken or no checked point of the space is feasible.
 
     A run stops at the first feasible point (``check_all=False``): the rest are checked as they are
-    sampled; ``validate`` checks them all to show them.
+    sampled; ``validate`` checks them all to show them. What this machine lacks to launch the checked
+    configs (``TrialBackend.launch_warnings``) is returned in ``warnings`` for the caller to show.
     """
     base_cfg = load_config(spec.base, list(spec.overrides))  # the base itself must be valid
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     checked: list[tuple[dict[str, Any], list[str]]] = []
+    configs = [base_cfg]
     for params in sample_points(space):
-        checked.append((params, check_point(spec, space, backend, params, no_plan=no_plan)))
+        problems, cfg = _check_point(spec, space, backend, params, no_plan=no_plan)
+        checked.append((params, problems))
+        if cfg is not None and not problems:
+            configs.append(cfg)
         if not checked[-1][1] and not check_all:
             break
+    warnings = launch_warnings(backend, configs)
     if checked and all(problems for _, problems in checked):
         first = sorted({line for _, problems in checked for line in problems})
         raise UserError(
             f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked); e.g. {first[0]}",
             [f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked)", *first[:10]],
         )
-    return Preflight(base_cfg, checked)
+    return Preflight(base_cfg, checked, warnings)

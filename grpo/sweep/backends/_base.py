@@ -42,6 +42,10 @@ class TrialBackend(abc.ABC):
     - ``devices_held(options)``: accelerators a trial with those options holds (for device-seconds);
     - ``check(cfg)``: every reason a config cannot run, found before launch (the preflight and each
       sampled point call it; a point with problems is pruned, never launched);
+    - ``launch_warnings(cfg)``: what the machine running the check lacks to launch ``cfg`` when that
+      machine need not be where trials launch (a driver away from the accelerator nodes: no checkout,
+      interpreter or weights here). Preflight shows them as warnings and launches anyway; ``run``
+      must check them again on the node that launches and raise ``TrialFailed`` with the reason;
     - ``plans_memory``: whether the layout memory planner (``grpo.plan``) applies to its trials;
     - ``keeps_relative_paths``: relative data/tokenizer/checkpoint paths in a config are left as
       written (the backend resolves them itself); otherwise the driver makes them absolute against its
@@ -67,6 +71,10 @@ class TrialBackend(abc.ABC):
 
     def check(self, cfg: GRPOConfig) -> list[str]:
         """Problems that must stop a trial before launch (beyond the config's own rules)."""
+        return []
+
+    def launch_warnings(self, cfg: GRPOConfig) -> list[str]:
+        """Problems of this machine, not of ``cfg``, that only matter where trials launch (default: none)."""
         return []
 
     @abc.abstractmethod

@@ -1,14 +1,15 @@
 """The mindspeed backend: one trial is one run of MindSpeed-RL's GRPO entry point, as a subprocess.
 
 The trial's config is rendered as MindSpeed-RL YAML into ``<run dir>/mindspeed_config/`` (the trainer
-file plus ``model/<name>.yaml``, the layout MindSpeed's Hydra expects) and launched as
-``<python> cli/train_grpo.py --config-dir <that dir> --config-name grpo_trainer`` from the MindSpeed-RL
-checkout (``mindspeed.path`` in the sweep spec). Its console goes line by line into
-``<run dir>/train.log``; iteration lines become the trial's metrics (``report`` once per iteration, and
-``<run dir>/metrics.jsonl``). The process runs in its own session, so pruning and failures signal its
-whole process group: SIGTERM, then SIGKILL after ``kill_grace`` seconds. A run that prints nothing for
-``stall_timeout`` seconds, exits non-zero, or logs an out-of-memory / HCCL / Ray failure ends as
-``TrialFailed`` with the reason and the last log lines.
+file plus ``model/<name>.yaml``, the layout MindSpeed's Hydra expects) and launched as ``<python>
+cli/train_grpo.py --config-path <that dir> --config-name grpo_trainer`` from the MindSpeed-RL checkout
+(``mindspeed.path`` in the sweep spec); ``--config-path`` keeps the checkout's own ``configs/`` off
+Hydra's search path, so none of its files can shadow a rendered one (``launch_command``). Its console
+goes line by line into ``<run dir>/train.log``; iteration lines become the trial's metrics (``report``
+once per iteration, and ``<run dir>/metrics.jsonl``). The process runs in its own session, so pruning
+and failures signal its whole process group: SIGTERM, then SIGKILL after ``kill_grace`` seconds. A run
+that prints nothing for ``stall_timeout`` seconds, exits non-zero, or logs an out-of-memory / HCCL / Ray
+failure ends as ``TrialFailed`` with the reason and the last log lines.
 
 NPUs: MindSpeed-RL's driver joins the study's Ray cluster (``RAY_ADDRESS``) and reserves its NPUs with
 its own placement groups. The trial's Ray worker therefore does not hold ``NPU`` itself (that would
@@ -30,12 +31,13 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TextIO
 
@@ -46,12 +48,14 @@ from grpo.config import GRPOConfig
 from grpo.config.render import mindspeed_dict, render_mindspeed_model
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.mindspeed_log import classify_failure, clean_line, finite, parse_metrics_line
+from grpo.sweep.backends.mindspeed_rules import launch_rule_problems, ray_node_problems
 from grpo.sweep.spec import MindSpeedSpec, SweepSpec
 
 ADMISSION_RESOURCE = "npu_slots"  # logical Ray resource, one per NPU (see the module docstring)
 CONFIG_DIR = "mindspeed_config"
 CONFIG_NAME = "grpo_trainer"
 LAUNCH_RECORD = "launch.json"
+RUNTIME_ENV = "configs/envs/runtime_env.yaml"  # RLConfig.runtime_env_path's default, read by main()
 # Ray's internal per-process flags (ray_constants.RAY_INTERNAL_FLAGS): a new driver must not inherit them.
 RAY_INTERNAL_ENV = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_OVERRIDE_NODE_ID_FOR_TESTING")
 TAIL_LINES = 400  # lines kept for classifying a failure
@@ -104,33 +108,57 @@ def checkpoint_split(path: Path) -> tuple[int, int] | None:
     return 1 + max(r[0] for r in ranks), 1 + max(r[1] if len(r) > 1 else 0 for r in ranks)
 
 
-def checkpoint_problems(cfg: GRPOConfig, settings: MindSpeedSpec, source: str = "spec") -> list[str]:
-    """Why this layout's checkpoint cannot be loaded (missing, or converted for another TP/PP)."""
+@dataclass
+class CheckpointCheck:
+    """What is wrong with a layout's converted checkpoint, by how it is known."""
+
+    unnamed: list[str] = field(default_factory=list)  # nothing names one, or a bad pattern: the config says so
+    missing: list[str] = field(default_factory=list)  # the named folder is not on this machine
+    wrong_split: list[str] = field(default_factory=list)  # it is here, converted for another TP/PP
+
+    @property
+    def all(self) -> list[str]:
+        return self.unnamed + self.missing + self.wrong_split
+
+
+def check_checkpoint(cfg: GRPOConfig, settings: MindSpeedSpec, source: str = "spec") -> CheckpointCheck:
+    """Why this layout's checkpoint cannot be loaded: none named, missing, or converted for another TP/PP."""
     layout = cfg.layout_name
     actor = cfg.actor_config
     tp, pp = actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size
     try:
         weights, key = original_weights(cfg, settings)
     except ValueError as err:
-        return [f"{source}: {err}"]
+        return CheckpointCheck(unnamed=[f"{source}: {err}"])
     if not weights:
-        return [
-            f"{source}: layout {layout}: no Megatron checkpoint named; set "
-            f"mindspeed.checkpoints.{layout}, mindspeed.checkpoints.pattern or actor_config.load"
-        ]
+        return CheckpointCheck(
+            unnamed=[
+                f"{source}: layout {layout}: no Megatron checkpoint named; set "
+                f"mindspeed.checkpoints.{layout}, mindspeed.checkpoints.pattern or actor_config.load"
+            ]
+        )
     path = settings.resolve(weights)
     if not path.is_dir():
-        return [
-            f"{source}: layout {layout}: Megatron checkpoint {path} not found ({key}); convert the "
-            f"weights for TP{tp} PP{pp} with MindSpeed-LLM's checkpoint converter"
-        ]
+        return CheckpointCheck(
+            missing=[
+                f"{source}: layout {layout}: Megatron checkpoint {path} not found ({key}); convert the "
+                f"weights for TP{tp} PP{pp} with MindSpeed-LLM's checkpoint converter"
+            ]
+        )
     split = checkpoint_split(path)
     if split is not None and split != (tp, pp):
-        return [
-            f"{source}: layout {layout}: checkpoint {path} ({key}) was converted for TP{split[0]} "
-            f"PP{split[1]}, the layout needs TP{tp} PP{pp}"
-        ]
-    return []
+        return CheckpointCheck(
+            wrong_split=[
+                f"{source}: layout {layout}: checkpoint {path} ({key}) was converted for TP{split[0]} "
+                f"PP{split[1]}, the layout needs TP{tp} PP{pp}"
+            ]
+        )
+    return CheckpointCheck()
+
+
+def checkpoint_problems(cfg: GRPOConfig, settings: MindSpeedSpec, source: str = "spec") -> list[str]:
+    """Every problem of ``check_checkpoint``, as one list."""
+    return check_checkpoint(cfg, settings, source).all
 
 
 # -------------------------------------------------------------------------------------- rendering
@@ -218,6 +246,30 @@ def render_trial_config(cfg: GRPOConfig, run_dir: Path, settings: MindSpeedSpec,
 
 
 # ---------------------------------------------------------------------------------------- process
+def launch_command(settings: MindSpeedSpec, plan: LaunchPlan) -> list[str]:
+    """``<python> <entry> --config-path <rendered dir> --config-name grpo_trainer``.
+
+    ``--config-path``, not ``--config-dir``: MindSpeed-RL's entry point declares
+    ``@hydra.main(config_path='../configs', ...)``, and Hydra searches that folder of the checkout first;
+    ``--config-dir`` is only inserted after it (hydra/_internal/utils.py, ``_run_hydra``: prepended
+    before the ``schema`` entry). A checkout file with the same name as a rendered one (its
+    ``configs/model/qwen25_7b.yaml``, or a ``configs/grpo_trainer.yaml``) then replaced ours, and a swept
+    model key was silently lost. ``--config-path`` replaces the ``config_path`` of ``hydra.main``
+    (same function), so the rendered folder is the only config folder on the search path: no file of
+    any checkout can shadow the rendered trainer or its model files, whatever they are named, and the
+    rendered layout stays MindSpeed-RL's own (defaults list ``model: [<name>]``, composed key
+    ``model.<name>``). Nothing else is lost: the rendered folder holds every file the defaults list names.
+    """
+    return [
+        settings.interpreter,
+        settings.entry,
+        "--config-path",
+        str(plan.config_dir),
+        "--config-name",
+        plan.config_name,
+    ]
+
+
 def _in_ray_worker() -> bool:
     if "ray" not in sys.modules:
         return False
@@ -322,43 +374,97 @@ class MindSpeedBackend(TrialBackend):
         """The trial's NPUs: its admission slots (MindSpeed-RL holds the ``NPU`` resource itself)."""
         return float((options.get("resources") or {}).get(ADMISSION_RESOURCE, 0))
 
-    def check(self, cfg: GRPOConfig) -> list[str]:
+    # Checks come in two kinds. What the config (and the spec) decide is the same on every machine:
+    # ``config_problems``, always errors. What depends on the machine that launches the trial (the
+    # checkout, its entry script and runtime env file, the interpreter, the converted checkpoint, the
+    # tokenizer folder: ``node_problems``) is judged by the machine running the check only when it is
+    # such a node, i.e. when the checkout is there: the trial's supervising worker runs where the
+    # ``npu_slots`` are declared (the head node, docs/npu.md), so a driver beside a checkout shares its
+    # file system. A driver without the checkout (a laptop, a login node) cannot know: those become
+    # ``launch_warnings``, and ``run`` checks them again on the node that launches, failing the trial there.
+    # One exception: a checkpoint this machine can read and that was converted for another TP/PP is
+    # wrong wherever it is read, so it is an error even here.
+
+    def config_problems(self, cfg: GRPOConfig) -> list[str]:
+        """What MindSpeed-RL would refuse at launch, known from the config and the spec alone."""
+        settings, src = self.settings, self.source
+        problems = []
+        if settings.checkout is None:
+            problems.append(f"{src}: mindspeed.path: not set (the MindSpeed-RL checkout to run cli/train_grpo.py from)")
+        problems += check_checkpoint(cfg, settings, src).unnamed
+        problems += launch_rule_problems(cfg)
+        return problems
+
+    def node_problems(self, cfg: GRPOConfig) -> list[str]:
+        """What the machine running this lacks to launch ``cfg`` (checkout, interpreter, weights, tokenizer)."""
+        missing, wrong_split = self._node_checks(cfg)
+        return missing + wrong_split
+
+    def _node_checks(self, cfg: GRPOConfig) -> tuple[list[str], list[str]]:
+        """(what this machine lacks, a checkpoint here that was converted for another TP/PP)."""
         settings, src = self.settings, self.source
         checkout = settings.checkout
+        ckpt = check_checkpoint(cfg, settings, src)
         if checkout is None:
-            return [f"{src}: mindspeed.path: not set (the MindSpeed-RL checkout to run cli/train_grpo.py from)"]
+            return [], ckpt.wrong_split  # no checkout named: a config problem (config_problems)
         if not checkout.is_dir():
-            return [f"{src}: mindspeed.path: {checkout}: no such directory (the MindSpeed-RL checkout)"]
+            missing = [f"{src}: mindspeed.path: {checkout}: no such directory (the MindSpeed-RL checkout)"]
+            return missing + ckpt.missing, ckpt.wrong_split
         problems = []
         if not (checkout / settings.entry).is_file():
             problems.append(f"{src}: mindspeed.entry: {settings.entry} not found in {checkout}")
+        runtime_env = settings.resolve(RUNTIME_ENV)
+        if not runtime_env.is_file():
+            problems.append(
+                f"{src}: mindspeed.path: {runtime_env} not found (MindSpeed-RL's main opens "
+                f"rl_config.runtime_env_path, default {RUNTIME_ENV}, before ray.init)"
+            )
         python = settings.interpreter
         if not (shutil.which(python) or Path(python).is_file()):
             problems.append(f"{src}: mindspeed.python: {python}: no such interpreter")
-        problems += checkpoint_problems(cfg, settings, src)
+        problems += ckpt.missing
         if settings.ref_model_load_path and not settings.resolve(settings.ref_model_load_path).is_dir():
             problems.append(
                 f"{src}: mindspeed.ref_model_load_path: {settings.resolve(settings.ref_model_load_path)}: "
                 f"no such directory"
             )
-        return problems
+        tokenizer = cfg.megatron_training.tokenizer_name_or_path
+        if tokenizer and not settings.resolve(tokenizer).is_dir():
+            problems.append(
+                f"{cfg._source}: megatron_training.tokenizer_name_or_path: {settings.resolve(tokenizer)}: no such "
+                f"directory (MindSpeed-RL's get_tokenizer loads a Hugging Face tokenizer folder; relative paths "
+                f"are relative to the checkout)"
+            )
+        return problems, ckpt.wrong_split
+
+    def is_launch_node(self) -> bool:
+        """Whether this machine has the checkout, so its file system is the one trials launch with."""
+        checkout = self.settings.checkout
+        return checkout is not None and checkout.is_dir()
+
+    def check(self, cfg: GRPOConfig) -> list[str]:
+        """Config problems, and on a machine with the checkout its node problems (see above)."""
+        missing, wrong_split = self._node_checks(cfg)
+        return self.config_problems(cfg) + (missing if self.is_launch_node() else []) + wrong_split
+
+    def launch_warnings(self, cfg: GRPOConfig) -> list[str]:
+        """Node problems seen from a machine without the checkout: a trial launched there would fail."""
+        return [] if self.is_launch_node() else self._node_checks(cfg)[0]
+
+    def launch_problems(self, cfg: GRPOConfig) -> list[str]:
+        """Everything that keeps ``cfg`` from launching on this machine (``run`` calls it first)."""
+        problems = self.config_problems(cfg) + self.node_problems(cfg)
+        return problems + ray_node_problems(cfg, self.settings)
 
     def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         settings = self.settings
         run_dir = Path(trial_dir).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
-        problems = self.check(cfg)
+        problems = self.launch_problems(cfg)  # on the node that launches: its checkout, weights, cluster
         if problems:
-            raise TrialFailed(problems[0], problems)
+            raise TrialFailed(f"cannot launch on {socket.gethostname()}: {problems[0]}", problems)
         plan = render_trial_config(cfg, run_dir, settings, resume)
-        cmd = [
-            settings.interpreter,
-            settings.entry,
-            "--config-dir",
-            str(plan.config_dir),
-            "--config-name",
-            plan.config_name,
-        ]
+        cmd = launch_command(settings, plan)
         metrics_path = run_dir / "metrics.jsonl"
         truncate_jsonl_after(metrics_path, plan.start_iteration)
         with open(run_dir / "train.log", "a", encoding="utf-8") as log, open(metrics_path, "a") as metrics_out:

@@ -4,8 +4,14 @@ The real entry point needs Ascend NPUs, Megatron and vLLM; this script stands in
 mindspeed backend's launch path can be tested on a CPU. It trains nothing. It behaves like the real
 one where the backend depends on it:
 
-- it is a Hydra app launched as ``python cli/train_grpo.py --config-dir DIR --config-name NAME`` and
-  composes the rendered trainer YAML with its ``model/<name>.yaml`` through the defaults list;
+- it is a Hydra app declared as the real one is (``@hydra.main(config_path='../configs',
+  config_name='grpo_qwen25_7b_A3')``), so its own ``configs/`` folder (with a ``model/qwen25_7b.yaml``
+  like the real checkout's) is on Hydra's search path, and a ``--config-dir`` is searched only after it;
+  it composes whatever it is given (``--config-path``/``--config-dir``, ``--config-name``) through the
+  defaults list, then prints the actor's Megatron arguments as Megatron's ``_print_args`` does
+  (``  max_position_embeddings ........ 16384``), so tests can read what it really composed;
+- like MindSpeed-RL's ``main`` it opens ``<checkout>/configs/envs/runtime_env.yaml`` (``runtime_env_path``)
+  and, like its ``get_tokenizer``, refuses a ``tokenizer_name_or_path`` that is not a directory;
 - it refuses keys MindSpeed-RL's config classes do not have (``ValueError: The key: X is missing ...``,
   key list in ../mindspeed_keys.yaml) and a few of MindSpeed-RL's cross-checks;
 - with ``RAY_ADDRESS`` set it joins that Ray cluster and reserves its NPUs with a placement group of
@@ -49,7 +55,8 @@ import hydra
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-KEYS = yaml.safe_load((Path(__file__).resolve().parents[1] / "mindspeed_keys.yaml").read_text())
+CHECKOUT = Path(__file__).resolve().parents[1]  # the stand-in "checkout" (cli/, configs/)
+KEYS = yaml.safe_load((CHECKOUT / "mindspeed_keys.yaml").read_text())
 TRACKER = "latest_checkpointed_iteration.txt"
 PID = os.getpid()
 
@@ -93,7 +100,11 @@ def check_keys(config: dict) -> None:
 
 
 def check_rules(train: dict, rl: dict, gen: dict) -> None:
-    """A few of MindSpeed-RL's validate_rl_args checks."""
+    """A few of MindSpeed-RL's validate_rl_args checks (and of parse_training_config / WandbLogger)."""
+    if not rl.get("use_integrated_worker", True):
+        raise ValueError("use_integrated_worker: false needs ref_config and reward_config sections")
+    if rl.get("use_wandb") and rl.get("wandb_project") and not rl.get("wandb_exp_name"):
+        raise ValueError("Please specify the wandb experiment name!")
     if not train.get("bf16") or gen.get("dtype", "bfloat16") != "bfloat16":
         raise ValueError("bf16 training and bfloat16 generation are required")
     if gen["max_model_len"] < train["seq_length"]:
@@ -285,14 +296,41 @@ def reserve_npus(num_npus: int):
     return pg
 
 
-@hydra.main(config_path=None, config_name=None, version_base=None)
+def print_args(args: dict) -> None:
+    """The actor's merged Megatron arguments, as Megatron's ``_print_args`` prints them at start-up."""
+    say("------------------------ arguments ------------------------")
+    for key in sorted(args):
+        if not isinstance(args[key], (dict, list)):
+            say(f"  {key} {'.' * (48 - len(key))} {args[key]}")
+    say("-------------------- end of arguments ---------------------")
+
+
+def open_runtime_env(rl: dict) -> dict:
+    """MindSpeed-RL's main opens ``<checkout>/<rl_config.runtime_env_path>`` before ``ray.init``."""
+    path = CHECKOUT / rl.get("runtime_env_path", "configs/envs/runtime_env.yaml")
+    with open(path) as file:  # FileNotFoundError, as the real one raises
+        return yaml.safe_load(file)
+
+
+def check_tokenizer(train: dict) -> None:
+    """MindSpeed-RL's get_tokenizer: a HuggingFace tokenizer folder (relative to where it runs)."""
+    path = train.get("tokenizer_name_or_path")
+    if not path or not os.path.isdir(path):
+        raise ValueError(f"tokenizer_model {path} should be a directory for HuggingFaceTokenizer")
+
+
+# As the real entry point: its own configs/ is the primary search path (tests rely on it).
+@hydra.main(config_path="../configs", config_name="grpo_qwen25_7b_A3", version_base=None)
 def main(cfg: DictConfig) -> None:
     config = OmegaConf.to_container(cfg, resolve=True)
     check_keys(config)
     train = {**config["model"][config["megatron_training"]["model"]], **config["megatron_training"],
              **config["actor_config"]}
     rl, gen = config["rl_config"], config["generate_config"]
+    open_runtime_env(rl)
     check_rules(train, rl, gen)
+    print_args(train)
+    check_tokenizer(train)
     if os.environ.get("GRPO_STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pidfile = os.environ.get("GRPO_STANDIN_CHILD_PIDFILE")
