@@ -65,3 +65,11 @@ def test_check_config_does_not_import_torch():
             "check_config(load_config('grpo_trainer_tiny_cpu')); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_verifiers_only_mindspeed_scores_are_accepted_by_the_schema_and_refused_by_the_engine():
+    # mindspeed_rl/models/rule_verifier.py knows math_verify_reward; the embedded engine does not score it.
+    cfg = load_config("grpo_trainer_tiny_cpu", ["rl_config.verifier_function=[acc,math_verify_reward]",
+                                                "rl_config.verifier_weight=[1.0,1.0]"])
+    (problem,) = check_config(cfg)
+    assert "rl_config.verifier_function" in problem and "math_verify_reward" in problem

@@ -18,7 +18,12 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, fi
 
 from grpo.errors import UserError
 
-VerifierName = Literal["acc", "base_acc", "math_17k_acc", "strict_format", "format", "step"]
+# The names MindSpeed-RL's rule verifier knows (mindspeed_rl/models/rule_verifier.py); the embedded engine
+# scores a subset (grpo.engine.rewards.VERIFIERS; grpo.engine.check refuses the others before launch).
+VerifierName = Literal[
+    "acc", "base_acc", "math_17k_acc", "strict_format", "format", "step",
+    "math_verify_reward", "acc_for_dapo", "acc_for_ppo", "retool_reward",
+]  # fmt: skip
 
 
 class Section(BaseModel):

@@ -13,7 +13,10 @@ from functools import lru_cache
 
 from grpo.config import GRPOConfig
 from grpo.engine.data import ArithmeticTask
+from grpo.engine.rewards import VERIFIERS
 from grpo.engine.tokenizer import build_task_tokenizer
+
+VERIFIER_NAMES = tuple(VERIFIERS)
 
 
 @lru_cache(maxsize=1)
@@ -34,6 +37,12 @@ def check_config(cfg: GRPOConfig) -> list[str]:
         problems.append(
             f"{source}: rl_config.adv_estimator: {rl.adv_estimator} needs a critic model, which the embedded "
             f"engine does not have; use group_norm"
+        )
+    unscored = [name for name in rl.verifier_function if name not in VERIFIER_NAMES]
+    if unscored:
+        problems.append(
+            f"{source}: rl_config.verifier_function: the embedded engine does not score {', '.join(unscored)} "
+            f"(it scores {', '.join(VERIFIER_NAMES)}); MindSpeed-RL does (backend: mindspeed)"
         )
     if not rl.rule_reward:
         problems.append(
