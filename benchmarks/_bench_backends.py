@@ -28,3 +28,31 @@ class SleepNPUBackend(TrialBackend):
         time.sleep(self.seconds)
         report(1, {"grpo/score/mean": 1.0})
         return {}
+
+
+class SlowCheckpointBackend(TrialBackend):
+    """A learning curve at ``seconds`` per iteration that checkpoints every ``save_interval`` iterations
+    (Megatron's tracker file), so a killed and retried trial resumes where its checkpoint is."""
+
+    seconds = 0.1
+
+    def run(self, cfg, trial_dir, report, resume):
+        import json
+        import math
+        from pathlib import Path
+
+        from grpo._fs import CHECKPOINT_TRACKER, checkpoint_iteration
+
+        save = Path(cfg.actor_config.save)
+        start = (checkpoint_iteration(Path(cfg.actor_config.load)) or 0) + 1 if resume and cfg.actor_config.load else 1
+        for it in range(start, int(cfg.megatron_training.train_iters) + 1):
+            time.sleep(self.seconds)
+            value = 1.0 - math.exp(-(0.05 + cfg.rl_config.clip_ratio) * it)
+            with open(Path(trial_dir) / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps({"iteration": it, "grpo/score/mean": value}) + "\n")
+            if report(it, {"grpo/score/mean": value}):
+                return {"stopped_early": True}
+            if it % int(cfg.megatron_training.save_interval) == 0:
+                save.mkdir(parents=True, exist_ok=True)
+                (save / CHECKPOINT_TRACKER).write_text(str(it))
+        return {}

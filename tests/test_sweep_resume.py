@@ -212,3 +212,19 @@ def test_a_study_with_no_complete_trial_exits_non_zero(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "ended with no complete trial" in done.stderr and "Traceback" not in done.stderr
     assert states(load(tmp_path)) == {"FAIL": 1}
+
+
+def test_a_journal_lock_left_by_a_killed_driver_is_released(tmp_path):
+    """A driver SIGKILLed inside Optuna's journal write leaves its symlink lock behind; the next driver
+    waits out the grace period (study_store.JOURNAL_LOCK_GRACE_S) and goes on. Before, with the relative
+    journal path, the lock dangled and the next driver spun forever (seen in benchmarks/kill_resume.py)."""
+    spec = write_spec(tmp_path, trials=1, concurrency=1)
+    assert run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path).returncode == 0
+    journal = (tmp_path / "studies" / "s" / "journal.log").resolve()
+    os.symlink(str(journal), str(journal) + ".lock")  # what a kill inside JournalFileSymlinkLock leaves
+    write_spec(tmp_path, trials=2, concurrency=1)
+    started = time.monotonic()
+    done = run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert states(load(tmp_path)) == {"COMPLETE": 2}
+    assert time.monotonic() - started < 90

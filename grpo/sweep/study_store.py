@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 from optuna.distributions import distribution_to_json
 from optuna.storages import BaseStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.errors import UserError
@@ -30,6 +30,9 @@ from grpo.sweep.space import parse_expression
 from grpo.sweep.spec import SweepSpec
 
 # Optuna's own system attrs for a retried trial (optuna.storages.RetryHeartbeatStaleTrialCallback).
+# A journal lock held this long without the journal changing belongs to a dead driver (a write holds it
+# for milliseconds): it is released. Optuna's default is 30 s.
+JOURNAL_LOCK_GRACE_S = 15
 RETRY_OF = "failed_trial"
 RETRY_HISTORY = "retry_history"
 
@@ -45,9 +48,13 @@ def make_storage(spec: SweepSpec, **rdb_kwargs: Any) -> BaseStorage:
     where = f"{spec.source}: storage: {spec.storage_label()}"
     try:
         if url.startswith("journal:"):
-            journal = Path(url[len("journal:") :]).expanduser()
+            # Absolute: Optuna's symlink lock points at the journal by the path it is given, and a relative
+            # one dangles from the lock's folder, so a lock left by a killed driver was never released
+            # (its grace period needs the target's mtime): the next driver spun forever.
+            journal = Path(url[len("journal:") :]).expanduser().resolve()
             journal.parent.mkdir(parents=True, exist_ok=True)
-            return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+            lock = JournalFileSymlinkLock(str(journal), grace_period=JOURNAL_LOCK_GRACE_S)
+            return optuna.storages.JournalStorage(JournalFileBackend(str(journal), lock_obj=lock))
         if url.startswith("sqlite:///"):
             Path(url[len("sqlite:///") :]).expanduser().parent.mkdir(parents=True, exist_ok=True)
         return _rdb_storage(url, **rdb_kwargs)
