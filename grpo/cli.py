@@ -7,6 +7,7 @@ Imports are lazy so `grpo-sweep validate` answers without starting Ray or import
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from grpo.errors import UserError
@@ -78,11 +79,16 @@ def sweep_main(argv: list[str] | None = None) -> int:
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
-        return _dispatch(args)
+        code = _dispatch(args)
+        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at interpreter exit
+        return code
     except UserError as err:
         for line in err.problems:
             print(f"error: {line}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `grpo-sweep status --json | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's recipe: no second error at exit
+        return 1
 
 
 if __name__ == "__main__":

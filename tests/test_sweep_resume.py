@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from sweep_helpers import load, run_cli, start_cli, states, write_spec
+from sweep_helpers import cli_env, load, run_cli, start_cli, states, write_spec
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -228,3 +229,17 @@ def test_a_journal_lock_left_by_a_killed_driver_is_released(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert states(load(tmp_path)) == {"COMPLETE": 2}
     assert time.monotonic() - started < 90
+
+
+def test_status_shows_the_retry_chain_and_survives_a_closed_pipe(tmp_path):
+    spec = write_spec(tmp_path, trials=2, concurrency=1, retries=1, sampler={"name": "grid"},
+                      search={"rl_config.entropy_coeff": "choice(0.0, 0.1)"}, backend="sweep_test_backends:FaultBackend")
+    assert run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path).returncode == 0
+    (failed,) = [t for t in load(tmp_path).trials if t.state == TrialState.FAIL]
+    done = run_cli(["status", str(spec), "--json"], cwd=tmp_path)
+    rows = json.loads(done.stdout)["trials"]
+    assert [r["retry_of"] for r in rows if r["retry_of"] is not None] == [failed.number]
+    # `| true` exits before the CLI writes: its output meets a closed pipe every time.
+    piped = subprocess.run(f"{sys.executable} -m grpo.cli status {spec} --json | true", shell=True,
+                           cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert piped.stderr == "", piped.stderr

@@ -100,6 +100,7 @@ def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
                 "values": t.values,
                 "params": t.params,
                 "attempt": t.user_attrs.get("attempt", 1),
+                "retry_of": t.user_attrs.get("retry_of"),  # the chain of one logical trial: #3 <- #5 <- #8
                 "last_step": t.last_step,
                 "wall_s": t.user_attrs.get("wall_s"),
                 "reason": t.user_attrs.get("failure_reason") or t.user_attrs.get("pruned_reason"),
@@ -116,14 +117,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({"study": spec.study, "trials": rows}, default=str, indent=2))
         return 0
     table = Table(title=f"{spec.study} ({spec.storage_label()})")
-    for col in ("#", "state", "value", "params", "iter", "wall s", "reason"):
+    for col in ("#", "retry of", "state", "value", "params", "iter", "wall s", "reason"):
         table.add_column(col)
     for r in rows:
         value = ", ".join(f"{v:.4g}" for v in r["values"]) if r["values"] else ""
         wall = f"{r['wall_s']:.0f}" if r["wall_s"] else ""
         reason = (r["reason"] or "")[:80]
         last = str(r["last_step"] or "")
-        table.add_row(str(r["number"]), r["state"], value, format_params(r["params"]), last, wall, reason)
+        retry_of = "" if r["retry_of"] is None else f"#{r['retry_of']}"
+        params = format_params(r["params"])
+        table.add_row(str(r["number"]), retry_of, r["state"], value, params, last, wall, reason)
     Console().print(table)
     return 0
 
