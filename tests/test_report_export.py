@@ -51,3 +51,16 @@ def test_unknown_format_is_a_user_error_and_writes_nothing(study, tmp_path):
     with pytest.raises(UserError, match="--format: unknown export format 'xlsx'"):
         export(study, "xlsx", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_json_keeps_every_digit_of_a_value(tmp_path):
+    """pandas' to_json keeps 10 decimals by default: a learning rate of 1.234567e-7 came back as 1.235e-7."""
+    import optuna
+
+    study = optuna.create_study(study_name="digits", storage=optuna.storages.InMemoryStorage())
+    study.add_trial(optuna.create_trial(value=1.2345678901234e-7, params={"actor_config.lr": 1.2345678901234e-7},
+                                        distributions={"actor_config.lr": optuna.distributions.FloatDistribution(
+                                            1e-9, 1e-3, log=True)}))
+    trials_path, _ = export(study, "json", tmp_path / "out")
+    back = pd.read_json(trials_path, orient="records", precise_float=True)
+    assert back["value"].tolist() == [1.2345678901234e-7]

@@ -12,7 +12,9 @@ renamed, so a reader never sees half a file.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pandas as pd
@@ -44,9 +46,21 @@ def _write(frame: pd.DataFrame, fmt: str, path: Path) -> None:
     if fmt == "csv":
         frame.to_csv(path, index=False)
     elif fmt == "json":
-        frame.to_json(path, orient="records", date_format="iso", indent=None)
+        # Not DataFrame.to_json: it keeps a fixed number of decimals (a 1.2345678901234e-7 learning rate came
+        # back as 1.23456789e-7). Python's json writes the shortest repr that reads back to the same float.
+        records = frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+        path.write_text(json.dumps(records, default=_json_value, allow_nan=False), encoding="utf-8")
     else:
         _arrow_safe(frame).to_parquet(path, index=False, engine="pyarrow")
+
+
+def _json_value(value: Any) -> Any:
+    """Timestamps as ISO 8601 text (as ``to_json(date_format="iso")`` wrote them), numpy scalars as numbers."""
+    if isinstance(value, (pd.Timestamp, pd.Timedelta)):
+        return value.isoformat()
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
 
 
 def _arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
