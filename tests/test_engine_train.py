@@ -263,3 +263,13 @@ def test_recomputed_old_logprobs_match_the_samplers_own(cache_dir, tmp_path):
     assert reuse["grpo/score/mean"] == recompute["grpo/score/mean"]
     for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
         assert reuse[key] == pytest.approx(recompute[key], rel=1e-3, abs=1e-5), key
+
+
+@pytest.mark.parametrize(("keep", "left"), [(1, ["iter_0000004"]), (None, ["iter_0000002", "iter_0000004"])])
+def test_only_the_newest_checkpoints_are_kept(cache_dir, tmp_path, keep, left):
+    """Resuming needs the newest checkpoint only (engine.keep_checkpoints; a sweep sets 1 by default)."""
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "actor_config.save": str(tmp_path / "ckpt"), "engine.keep_checkpoints": keep}))
+    train(cfg, tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("iter_*")) == left
+    assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "4"

@@ -40,7 +40,9 @@ def test_four_trial_study_of_the_tiny_engine_completes_prunes_and_reports(tmp_pa
         curve = [r["grpo/score/mean"] for r in rows]
         auc = sum((a + b) / 2 for a, b in zip(curve, curve[1:])) / (len(curve) - 1)
         assert t.value == pytest.approx(auc, rel=1e-6)
-        assert (Path(t.user_attrs["trial_dir"]) / "runs" / "seed0" / "ckpt" / "latest_checkpointed_iteration.txt").exists()
+        ckpt = Path(t.user_attrs["trial_dir"]) / "runs" / "seed0" / "ckpt"
+        assert (ckpt / "latest_checkpointed_iteration.txt").exists()
+        assert [p.name for p in ckpt.glob("iter_*")] == ["iter_0000008"]  # keep_checkpoints: 1 (resume needs one)
     assert max(by_state[TrialState.COMPLETE], key=lambda t: t.value).value > pruned.intermediate_values[pruned.last_step]
     html = (tmp_path / "reports" / "e2e" / "index.html").read_text()
     assert "Study e2e" in html and "Learning curves" in html

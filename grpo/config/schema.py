@@ -308,6 +308,9 @@ class EngineConfig(Section):
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs by a forward pass (MindSpeed-RL) instead of the sampler's own."
     )
+    keep_checkpoints: int | None = Field(
+        None, ge=1, description="Newest checkpoints kept in actor_config.save (null = all); resuming needs the newest."
+    )
 
 
 # ------------------------------------------------------------------------------------------- the whole

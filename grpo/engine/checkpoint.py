@@ -77,8 +77,10 @@ def save_checkpoint(
     generator: torch.Generator,
     save_optim: bool = True,
     save_rng: bool = True,
+    keep: int | None = None,
 ) -> Path:
-    """Write iteration ``state.iteration`` under ``root``; returns its folder."""
+    """Write iteration ``state.iteration`` under ``root``; returns its folder. With ``keep``, only the
+    newest ``keep`` iteration folders stay (older ones are removed once the new one is complete)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = iter_dir(root, state.iteration)
@@ -102,6 +104,10 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     atomic_write_text(root / CHECKPOINT_TRACKER, str(state.iteration))
+    if keep is not None:
+        for old in sorted(root.glob("iter_*"), key=lambda p: p.name)[:-keep]:
+            if old != final:
+                shutil.rmtree(old, ignore_errors=True)
     return final
 
 

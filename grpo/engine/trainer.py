@@ -483,6 +483,7 @@ class Run:
             self.generator,
             save_optim=not actor.no_save_optim,
             save_rng=not actor.no_save_rng,
+            keep=self.cfg.engine.keep_checkpoints,
         )
         self.log.info(f"saved checkpoint {folder}")
         return folder

@@ -196,6 +196,8 @@ class SweepSpec(_Strict):
     seeds: int = Field(1, ge=1)
     retries: int = Field(1, ge=0)
     timeout_per_trial: float | None = Field(None, gt=0)
+    # Checkpoints each trial keeps (the newest; resuming needs one); null keeps every one saved.
+    keep_checkpoints: int | None = Field(1, ge=1)
     # embedded | mindspeed | "package.module:ClassName" (a user's own TrialBackend subclass)
     backend: str = "embedded"
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)

@@ -73,7 +73,11 @@ class TrialBuilder:
         runs, resumed = [], False
         for k in range(spec.seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
-            extra = [f"actor_config.save={run_dir / 'ckpt'}", f"megatron_training.seed={self.base_seed + k}"]
+            extra = [
+                f"actor_config.save={run_dir / 'ckpt'}",
+                f"megatron_training.seed={self.base_seed + k}",
+                f"engine.keep_checkpoints={spec.keep_checkpoints or 'null'}",
+            ]
             extra += tracking_overrides(spec, number, k)
             if resume_from:
                 old_ckpt = (Path(resume_from) / "runs" / f"seed{k}" / "ckpt").resolve()
