@@ -80,7 +80,16 @@ def run(storage_name: str, kills: int, seed: int) -> None:
               f"parameter sets, {rerun} points rerun after completing, "
               f"{sum(t.state.name == 'RUNNING' for t in trials)} left RUNNING, "
               f"{sum(t.user_attrs.get('attempt', 1) > 1 for t in complete)} attempts charged, "
-              f"{sum(t.state.name == 'FAIL' for t in trials)} FAIL records (killed attempts), {wall:.0f} s")
+              f"{sum(_killed(t) for t in trials)} FAIL records of killed attempts, "
+              f"{sum(_repeat(t) for t in trials)} repeated proposals skipped, {wall:.0f} s")
+
+
+def _killed(trial: optuna.trial.FrozenTrial) -> bool:
+    return trial.state.name == "FAIL" and not _repeat(trial)
+
+
+def _repeat(trial: optuna.trial.FrozenTrial) -> bool:
+    return str(trial.user_attrs.get("failure_reason", "")).startswith("not run: the same parameters")
 
 
 def main() -> None:

@@ -178,10 +178,11 @@ def test_a_repeated_proposal_is_never_run_again(tmp_path, monkeypatch):
                  search={"rl_config.clip_ratio": "choice(0.1, 0.2)"}, sampler={"name": "random", "seed": 0})
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert sorted(t.params["rl_config.clip_ratio"] for t in complete) == [0.1, 0.2]
-    repeats = [t for t in study.trials if t.state == TrialState.PRUNED]
+    repeats = [t for t in study.trials if t.state == TrialState.FAIL]  # FAIL: samplers do not learn from them
     assert len(repeats) >= 50  # it stopped once the sampler only proposed points that had run
-    assert all(t.user_attrs["pruned_reason"].startswith("not run: the same parameters as trial ") for t in repeats)
+    assert all(t.user_attrs["failure_reason"].startswith("not run: the same parameters as trial ") for t in repeats)
     assert all(t.user_attrs["infeasible"] for t in repeats)  # they use none of the budget
+    assert not [t for t in study.trials if t.state == TrialState.PRUNED]
 
 
 def test_a_new_study_refuses_the_trial_folders_of_an_earlier_one(tmp_path, monkeypatch):

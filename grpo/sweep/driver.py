@@ -314,9 +314,11 @@ class _Driver:
         if trial.user_attrs.get("retry_of") is None:
             earlier = self._ran_before(params, number)
             if earlier is not None:  # a restart's or another driver's sampler repeating a point: never rerun
-                trial.set_user_attr("infeasible", True)
-                trial.set_user_attr("pruned_reason", f"not run: the same parameters as trial {earlier}")
-                self.study.tell(trial, state=TrialState.PRUNED)
+                # FAIL, not PRUNED: samplers learn from PRUNED trials (TPE ranks one without values worst),
+                # and the point is not bad, it already ran; FAIL trials are ignored by them.
+                trial.set_user_attr("infeasible", True)  # uses none of the budget
+                trial.set_user_attr("failure_reason", f"not run: the same parameters as trial {earlier}")
+                self.study.tell(trial, state=TrialState.FAIL)
                 return _Skipped(f"same parameters as trial {earlier}", duplicate_of=earlier)
         if not self._within_budget(number):
             trial.set_user_attr("infeasible", True)
