@@ -305,7 +305,7 @@ def _override_problems(base: str, overrides: list[str], source: str) -> list[str
         base_is_fine = True
     except UserError:
         base_is_fine = False
-    keys = [str(o).split("=", 1)[0].lstrip("+~") for o in overrides]
+    keys = [o.key_or_group for o in parse_overrides(list(overrides))]  # they parsed in _check_overrides
     lines = []
     for line in broken:
         _, _, what = line.partition(": ")  # drop the config file's name

@@ -67,9 +67,10 @@ class TrialBuilder:
     def build(self, number: int, params: dict[str, Any], trial_dir: Path, resume_from: str | None) -> TrialPlan:
         """The plan of trial ``number``; UserError (every problem) when it must not launch."""
         spec = self.spec
-        param_overrides = self.space.to_overrides(params)
+        sampled = self.space.to_overrides(params)
+        param_overrides = list(sampled)
         if not self.backend.keeps_relative_paths:
-            param_overrides += absolute_paths(self.base_cfg, param_overrides)
+            param_overrides += absolute_paths(self.base_cfg, sampled)
         runs, resumed = [], False
         for k in range(spec.seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
@@ -91,7 +92,7 @@ class TrialBuilder:
             raise UserError(problems[0], problems)
         job = TrialJob(number, self.backend, runs, resumed, self.driver_host, self.driver_pid)
         options = self.backend.resources(runs[0].cfg)
-        overrides = [*spec.overrides, *self.space.to_overrides(params)]
+        overrides = [*spec.overrides, *sampled]
         return TrialPlan(job, options, overrides, runs[0].cfg.to_dict())
 
 
