@@ -53,7 +53,7 @@ def test_a_run_trains_into_the_hydra_output_dir(tmp_path, cache):
                       f"actor_config.save={tmp_path / 'ckpt'}", "actor_config.no_save_optim=true",
                       "rl_config.clip_ratio=0.25")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert [r["iteration"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]
+    assert [r["iteration"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2]  # 0: the base policy's held-out evaluation
     assert (tmp_path / "ckpt" / "iter_0000002" / "model.safetensors").is_file()
     assert not (tmp_path / "ckpt" / "iter_0000002" / "optim.pt").exists()
     assert "grpo-train: 2 iterations" in proc.stdout
@@ -76,7 +76,7 @@ def test_two_job_multirun_on_a_local_ray_cluster(tmp_path, cache):
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
     ratios = set()
     for job in ("0", "1"):
-        assert [r["iteration"] for r in read_metrics(sweep / job / "metrics.jsonl")] == [1, 2]
+        assert [r["iteration"] for r in read_metrics(sweep / job / "metrics.jsonl")] == [0, 1, 2]
         overrides = yaml.safe_load((sweep / job / ".hydra" / "overrides.yaml").read_text())
         ratios |= {o for o in overrides if o.startswith(("rl_config.clip_ratio", "++rl_config.clip_ratio"))}
     assert ratios == {"++rl_config.clip_ratio=0.1", "++rl_config.clip_ratio=0.3"}

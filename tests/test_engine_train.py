@@ -37,7 +37,7 @@ def small(cache_dir, **extra) -> list[str]:
         "megatron_training.global_batch_size": 4, "rl_config.n_samples_per_prompt": 4,
         "rl_config.mini_batch_size": 2, "actor_config.micro_batch_size": 4, "megatron_training.train_iters": 4, "megatron_training.save_interval": 2,
         "generate_config.sampling_config.max_tokens": 16, "actor_config.no_load_optim": False,
-        "actor_config.no_load_rng": False, "actor_config.lr": 1e-3,
+        "actor_config.no_load_rng": False, "actor_config.lr": 1e-3, "engine.eval_every": None,
     }
     values.update(extra)
     return [f"{k}={'null' if v is None else v}" for k, v in values.items()]
@@ -236,13 +236,66 @@ def test_adaptive_kl_coefficient_really_moves(cache_dir, tmp_path):
     assert coefs == pytest.approx([0.05, 0.05 * 0.8, 0.05 * 0.8 * 0.8])
 
 
+def test_held_out_evaluation_metrics_and_samples(cache_dir, tmp_path):
+    """The base policy is evaluated as iteration 0, then every eval_every iterations and at the end:
+    accuracy greedy and sampled, with the number of prompts; a few responses go to samples.jsonl."""
+    cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+        "engine.eval_every": 3, "engine.eval_size": 8, "generate_config.sampling_config.max_tokens": 4}))
+    summary = train(cfg, tmp_path / "run")
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [0, 1, 2, 3, 4]
+    assert set(rows[0]) == {"iteration", "eval/acc", "eval/acc_greedy", "eval/prompts", "eval/strict_format"}
+    assert [r["iteration"] for r in rows if "eval/acc_greedy" in r] == [0, 3, 4]  # every 3, and the last
+    assert all(r["eval/prompts"] == 8 for r in rows if "eval/prompts" in r)
+    assert summary["eval/acc_greedy_base"] == rows[0]["eval/acc_greedy"]
+    trained = [r for r in rows if "grpo/score/mean" in r]
+    # max_tokens 4 cuts off every response that does not stop at once; none can hold an answer, so every
+    # group's rewards are equal
+    assert all(0 < r["response_length/truncated"] <= 1 for r in trained)
+    assert all(r["grpo/zero_variance_groups"] == 1.0 for r in trained)
+    samples = read_metrics(tmp_path / "run" / "samples.jsonl")
+    assert sorted({(s["iteration"], s["kind"]) for s in samples}) == [
+        (i, k) for i in (0, 3, 4) for k in ("greedy", "sampled")]
+    assert len(samples) == 3 * 2 * 4  # 4 prompts, greedy and sampled, at each evaluation
+    from grpo.engine import rewards
+    for s in samples:
+        assert s["correct"] == rewards.is_correct(s["response"], s["label"])
+        assert s["reward"] == pytest.approx(
+            rewards.score([s["response"]], [s["label"]], ["acc", "strict_format"], [1.0, 0.1])[0][0])
+
+
+def test_truncated_fraction_counts_responses_without_a_stop_token():
+    from grpo.engine.rollout import Rollout
+    from grpo.engine.trainer import truncated_fraction
+    stop, pad = 9, 0
+    responses = torch.tensor([[5, 9, pad], [5, 6, 7], [9, pad, pad], [5, 6, pad]])  # the last: cut at max_tokens 2
+    lengths = torch.tensor([2, 3, 1, 2])
+    batch = Rollout(responses, torch.ones_like(responses), 0, torch.ones(4, 3), torch.zeros(4, 3),
+                    torch.zeros(4, dtype=torch.long), lengths)
+    assert truncated_fraction(batch, [stop]) == 0.5
+
+
+def test_every_seed_starts_from_the_same_base_and_held_out_set(cache_dir, tmp_path):
+    """engine.task_seed, not the run's seed, fixes the warm start and the split: seeds vary the RL only."""
+    rows = {}
+    for seed in (7, 8):
+        cfg = load_config("grpo_trainer_tiny_cpu", small(cache_dir, **{
+            "engine.eval_every": 1, "engine.eval_size": 8, "megatron_training.train_iters": 1,
+            "megatron_training.seed": seed, "generate_config.sampling_config.seed": seed}))
+        train(cfg, tmp_path / str(seed))
+        rows[seed] = read_metrics(tmp_path / str(seed) / "metrics.jsonl")
+    assert rows[7][0] == rows[8][0]  # the base policy's evaluation
+    assert rows[7][1]["grpo/score/mean"] != rows[8][1]["grpo/score/mean"] or \
+        rows[7][1]["actor/pg_loss"] != rows[8][1]["actor/pg_loss"]  # different batches and samples
+
+
 @pytest.mark.slow
 def test_grpo_raises_accuracy_on_a_fixed_prompt_set(cache_dir, tmp_path):
     """The real warm start, then GRPO on 16 prompts it answers right about a third of the time."""
     cfg = load_config("grpo_trainer_tiny_cpu", [
         f"engine.cache_dir={cache_dir}", "engine.task_size=16", "megatron_training.global_batch_size=16",
         "rl_config.mini_batch_size=8", "megatron_training.train_iters=24", "actor_config.lr=2e-4",
-        "actor_config.lr_warmup_fraction=0.05"])
+        "actor_config.lr_warmup_fraction=0.05", "engine.eval_every=null"])
     train(cfg, tmp_path / "run")
     acc = [r["grpo/acc/mean"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")]
     first, last = sum(acc[:6]) / 6, sum(acc[-6:]) / 6

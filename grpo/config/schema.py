@@ -302,9 +302,20 @@ class EngineConfig(Section):
         "arithmetic",
         description="Generated verifiable task the engine trains on; dataset = read megatron_training.data_path.",
     )
-    task_size: int = Field(512, ge=1, description="Number of generated prompts.")
+    task_size: int = Field(
+        4096, ge=1, description="Number of generated training prompts (4096: a 150-iteration run sees each about once)."
+    )
+    task_seed: int = Field(
+        1234,
+        description=(
+            "Seed of the generated task (prompts, held-out split) and of the warm start; fixed across a study's "
+            "seeds, so every seed starts from the same base policy and is scored on the same held-out prompts."
+        ),
+    )
     eval_every: int | None = Field(None, ge=1, description="Evaluate every this many iterations (null = never).")
-    eval_size: int = Field(128, ge=1, description="Held-out prompts of a generated task scored greedily by eval.")
+    eval_size: int = Field(
+        256, ge=1, description="Held-out prompts of a generated task, scored greedily and sampled by eval."
+    )
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs by a forward pass (MindSpeed-RL) instead of the sampler's own."
     )

@@ -95,11 +95,16 @@ class MetricsSink:
             self.tensorboard.flush()
         if self.wandb is not None:
             self.wandb.log(metrics, step=iteration)
+        if "grpo/score/mean" not in metrics:  # iteration 0: the base policy's evaluation, nothing trained yet
+            if self.log is not None and "eval/acc_greedy" in metrics:
+                self.log.info(f"iteration {iteration}: {_eval_text(metrics)} (base policy)")
+            return
         if self.log is not None:
+            held_out = f"; {_eval_text(metrics)}" if "eval/acc_greedy" in metrics else ""
             self.log.info(
                 f"iteration {iteration}: score {metrics['grpo/score/mean']:.3f} acc {metrics['grpo/acc/mean']:.3f} "
                 f"kl {metrics.get('actor/kl_loss', math.nan):.4f} clipfrac {metrics['actor/pg_clipfrac']:.3f} "
-                f"len {metrics['response_length/mean']:.1f} time {metrics['timing/all']:.2f}s"
+                f"len {metrics['response_length/mean']:.1f} time {metrics['timing/all']:.2f}s{held_out}"
             )
         if self.progress is not None:
             self.progress.update(
@@ -116,3 +121,10 @@ class MetricsSink:
             self.tensorboard.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _eval_text(metrics: dict[str, float]) -> str:
+    return (
+        f"held-out accuracy greedy {metrics['eval/acc_greedy']:.3f} sampled {metrics.get('eval/acc', math.nan):.3f} "
+        f"on {int(metrics.get('eval/prompts', 0))} prompts"
+    )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import time
 from collections import defaultdict
@@ -37,6 +38,7 @@ from typing import Any
 
 import torch
 
+from grpo._fs import truncate_jsonl_after
 from grpo.config import GRPOConfig
 from grpo.engine import checkpoint as ckpt
 from grpo.engine import data as data_mod
@@ -52,6 +54,16 @@ from grpo.engine.warm_start import default_cache_dir, warm_started_policy
 from grpo.errors import UserError
 
 Callback = Callable[[int, dict], "bool | None"]
+SAMPLES_FILE = "samples.jsonl"  # a few held-out prompts and responses per evaluation, for people to read
+SAMPLE_PROMPTS = 4
+
+
+def truncated_fraction(batch: Rollout, stop_ids: list[int]) -> float:
+    """Share of responses that ended at max_tokens without a stop token (cut off, not finished)."""
+    rows = torch.arange(batch.input_ids.shape[0], device=batch.input_ids.device)
+    last = batch.responses[rows, (batch.response_lengths - 1).clamp(min=0)]
+    stops = torch.tensor(stop_ids, device=last.device)
+    return float((~torch.isin(last, stops)).float().mean())
 
 
 def pick_device(name: str) -> torch.device:
@@ -158,7 +170,7 @@ class Run:
             train, held_out = data_mod.split_by_percent(examples, mt.split)
         else:
             task = data_mod.get_task(eng.task)
-            train, held_out = task.split(eng.task_size, eng.eval_size if eng.eval_every else 0, self.seed)
+            train, held_out = task.split(eng.task_size, eng.eval_size if eng.eval_every else 0, eng.task_seed)
             path = data_mod.generated_data_file(mt.data_path, self.run_dir)
             data_mod.write_jsonl(train, path)
             self.log.info(f"task {eng.task}: {len(train)} prompts written to {path}")
@@ -199,7 +211,7 @@ class Run:
                     self.args,
                     self.tokenizer,
                     task,
-                    self.seed,
+                    eng.task_seed,  # the base policy does not change with the run's seed, as a pretrained model
                     eng.warm_start_steps,
                     init_std,
                     default_cache_dir(eng.cache_dir),
@@ -382,6 +394,8 @@ class Run:
         score_t = torch.tensor(scores, dtype=torch.float32, device=self.device)
         advantages = group_norm_advantages(score_t, n)
         correct = [rewards.is_correct(text, label) for text, label in zip(texts, labels, strict=True)]
+        grouped = score_t.view(-1, n)
+        flat_groups = float((grouped.max(dim=1).values == grouped.min(dim=1).values).float().mean())
         t_reward = time.perf_counter()
 
         ref_logp = None
@@ -417,6 +431,8 @@ class Run:
             "response_length/mean": float(resp.mean()),
             "response_length/max": float(resp.max()),
             "response_length/min": float(resp.min()),
+            "response_length/truncated": truncated_fraction(batch, self.tokenizer.stop_ids),
+            "grpo/zero_variance_groups": flat_groups,  # groups whose advantages are all 0: no gradient
             "prompt_length/mean": float(prompt.mean()),
             "prompt_length/max": float(prompt.max()),
             "prompt_length/min": float(prompt.min()),
@@ -433,23 +449,27 @@ class Run:
         metrics["update_tps"] = tokens / max(metrics["timing/update"], 1e-9)
         return metrics
 
-    def evaluate(self, samples: int = 4) -> dict[str, float]:
-        """Accuracy on the held-out prompts: ``eval/acc`` samples ``samples`` responses each with the
-        rollout's sampling parameters (the policy as trained), ``eval/acc_greedy`` decodes greedily.
+    def evaluate(self, iteration: int, samples: int = 4) -> dict[str, float]:
+        """Accuracy (fraction correct) on the held-out prompts: ``eval/acc`` samples ``samples`` responses
+        each with the rollout's sampling parameters (the policy as trained), ``eval/acc_greedy`` decodes
+        greedily; ``eval/prompts`` is how many prompts were scored. The first ``SAMPLE_PROMPTS`` prompts'
+        responses (greedy and one sampled) are appended to ``samples.jsonl`` with their rewards.
 
         Evaluation draws from its own generator, seeded the same way every time, so it neither perturbs
         the training's random stream nor adds sampling noise between two evaluations.
         """
         if not self.eval_set:
             return {}
+        rl = self.cfg.rl_config
         prompts = [self.prompt_ids[e.prompt] for e in self.eval_set]
-        out = {}
-        for name, params, n in (
-            ("eval/acc", self.sampling, samples),
-            ("eval/acc_greedy", SamplingParams(max_tokens=self.max_tokens, greedy=True), 1),
+        out: dict[str, float] = {"eval/prompts": float(len(prompts))}
+        shown: list[dict[str, Any]] = []
+        for name, kind, params, n in (
+            ("eval/acc", "sampled", self.sampling, samples),
+            ("eval/acc_greedy", "greedy", SamplingParams(max_tokens=self.max_tokens, greedy=True), 1),
         ):
             gen = torch.Generator(device=self.device)
-            gen.manual_seed(self.seed + 1)
+            gen.manual_seed(self.cfg.engine.task_seed + 1)  # the same draws for every seed and trial
             batch = generate(
                 self.policy,
                 prompts,
@@ -462,11 +482,28 @@ class Run:
             )
             texts = self.tokenizer.decode_batch(batch.response_lists())
             labels = [e.label for e in self.eval_set for _ in range(n)]
-            out[name] = sum(rewards.is_correct(text, label) for text, label in zip(texts, labels, strict=True)) / len(
-                texts
-            )
+            correct = [rewards.is_correct(text, label) for text, label in zip(texts, labels, strict=True)]
+            out[name] = sum(correct) / len(texts)
             if n > 1:
                 out["eval/strict_format"] = sum(rewards.strict_format(t) > 0 for t in texts) / len(texts)
+            rows = [k * n for k in range(min(SAMPLE_PROMPTS, len(self.eval_set)))]  # each prompt's first response
+            verifiers, weights = list(rl.verifier_function), list(rl.verifier_weight)
+            scores, _ = rewards.score([texts[r] for r in rows], [labels[r] for r in rows], verifiers, weights)
+            for r, reward in zip(rows, scores, strict=True):
+                example = self.eval_set[r // n]
+                shown.append(
+                    {
+                        "iteration": iteration,
+                        "kind": kind,
+                        "prompt": example.prompt,
+                        "label": example.label,
+                        "response": texts[r],
+                        "reward": reward,
+                        "correct": correct[r],
+                    }
+                )
+        with open(self.run_dir / SAMPLES_FILE, "a") as fh:
+            fh.writelines(json.dumps(row) + "\n" for row in shown)
         return out
 
     def save(self) -> Path | None:
@@ -521,19 +558,25 @@ def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
         "checkpoint": None,
         "metrics": {},
     }
-    if every and run.state.iteration == 0:
-        base = run.evaluate()
-        if base:
-            summary["eval/acc_base"] = base["eval/acc"]
-            summary["eval/acc_greedy_base"] = base["eval/acc_greedy"]
-            run.log.info(f"base policy: eval/acc {base['eval/acc']:.3f} (greedy {base['eval/acc_greedy']:.3f})")
+    truncate_jsonl_after(run.run_dir / SAMPLES_FILE, run.state.iteration)  # a resumed run redoes the rest
     sink = MetricsSink(run.run_dir, cfg, mt.train_iters, resume_from=run.state.iteration, log=run.log)
     try:
+        if every and run.state.iteration == 0:  # the base policy, as iteration 0 of the held-out curves
+            base = run.evaluate(0)
+            if base:
+                summary["eval/acc_base"] = base["eval/acc"]
+                summary["eval/acc_greedy_base"] = base["eval/acc_greedy"]
+                sink.write(0, base)
+                if callback is not None and callback(0, base):
+                    summary["stopped_early"] = True
+                    summary["iterations"] = 0
+                    summary["wall_s"] = time.perf_counter() - t0
+                    return summary
         while run.state.iteration < mt.train_iters:
             metrics = run.iteration()
             it = run.state.iteration
             if every and (it % every == 0 or it == mt.train_iters):
-                metrics.update(run.evaluate())
+                metrics.update(run.evaluate(it))
             sink.write(it, metrics)
             summary["metrics"] = metrics
             if callback is not None and callback(it, metrics):
