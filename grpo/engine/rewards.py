@@ -21,7 +21,7 @@ numbers (fractions too), else as normalised strings.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -133,7 +133,7 @@ def is_correct(text: str, label: str) -> bool:
 
 
 def score(
-    texts: list[str], labels: list[str], names: list[str], weights: list[float]
+    texts: list[str], labels: list[str], names: Sequence[str], weights: Sequence[float]
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Total reward per response and each verifier's scores (MindSpeed-RL's ``verifier``)."""
     unknown = [n for n in names if n not in VERIFIERS]
