@@ -46,7 +46,7 @@ def test_unknown_key_in_override_suggests_nearest():
 
 def test_unknown_key_in_yaml_names_full_path(cfg_dir):
     path = cfg_dir / "grpo_trainer_tiny_cpu.yaml"
-    text = path.read_text().replace("    temperature: 1.0", "    temprature: 1.0")
+    text = path.read_text().replace("    temperature: 0.7", "    temprature: 0.7")
     text = text.replace("  num_threads: 1", "  num_thread: 1")
     path.write_text(text)
     lines = problems(path)

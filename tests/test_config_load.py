@@ -87,7 +87,8 @@ def test_model_group_override_switches_the_model():
     switched = load_config("grpo_trainer_qwen25_7b_A3", overrides)
     assert list(switched.model) == ["qwen25_32b"] and switched.layout == "tp8_pp1"
     assert switched.to_dict() == load_config("grpo_trainer_qwen25_7b_A3", overrides).to_dict()  # cached = fresh
-    with pytest.raises(UserError, match=r"model: unknown model 'qwen9' \(available: qwen25_32b, qwen25_7b, tiny_qwen\)"):
+    with pytest.raises(UserError, match=r"model: unknown model 'qwen9' \(available: deepseekv3_671b, qwen25_32b, qwen25_7b, qwen3_235b_a22b, "
+                       r"qwen3_30b_a3b, qwen3_8b, tiny_qwen\)"):
         load_config("grpo_trainer_qwen25_7b_A3", ["model=[qwen9]"])
 
 
@@ -184,8 +185,14 @@ def test_known_keys_and_suggestions(tiny):
     assert suggest_key("model.tiny_qwen.num_layer") == "model.tiny_qwen.num_layers"
     assert suggest_key("rl_confg") == "rl_config"
     assert suggest_key("clip_ratio") == "rl_config.clip_ratio"
-    assert suggest_key("megatron_training.lr") == "actor_config.lr"
-    assert suggest_key("megatron_training.micro_batch_size") == "actor_config.micro_batch_size"
+    assert suggest_key("rl_config.lr") == "actor_config.lr"
+    assert suggest_key("generate_config.micro_batch_size") == "actor_config.micro_batch_size"
+    assert suggest_key("rl_config.reuse_fp32_param") == "megatron_training.reuse_fp32_param"
+    assert suggest_key("megatron_training.reuse_fp32_parm") == "megatron_training.reuse_fp32_param"
+    # MindSpeed-RL merges megatron_training and actor_config: a Megatron key is valid in either
+    assert suggest_key("megatron_training.lr") == "megatron_training.lr"
+    assert {"megatron_training.lr", "actor_config.global_batch_size", "actor_config.num_layers",
+            "model.*.no_gradient_accumulation_fusion", "ref_config.lr", "rl_config.use_remove_padding"} <= set(keys)
     assert suggest_key("zzzz.qqqq") is None
 
 

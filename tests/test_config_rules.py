@@ -21,9 +21,23 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
     "model_is_loaded": [("tiny", ["megatron_training.model=qwen25_7b"],
                          "megatron_training.model: model 'qwen25_7b' is not loaded by the defaults list "
                          "(loaded: tiny_qwen)")],
+    # cli/train_grpo.py parse_training_config: the role sections exactly when the integrated worker is off
+    "integrated_worker_sections": [
+        ("tiny", ["rl_config.use_integrated_worker=false"],
+         "rl_config.use_integrated_worker=false needs ref_config and reward_config sections (missing: "
+         "ref_config, reward_config); MindSpeed-RL merges each over megatron_training for its role"),
+        ("tiny", ["rl_config.use_integrated_worker=false", "ref_config.micro_batch_size=2"],
+         "rl_config.use_integrated_worker=false needs ref_config and reward_config sections (missing: "
+         "reward_config); MindSpeed-RL merges each over megatron_training for its role"),
+        ("tiny", ["ref_config.micro_batch_size=2"],
+         "ref_config is set but rl_config.use_integrated_worker=true (the actor's config serves every role)"),
+    ],
     "npus_divisible_by_train_tp_pp": [("tiny", [f"{PP}=2", f"{NPUS}=3", f"{GBS}=6", f"{MINI}=2"],
                                        f"{NPUS}=3 is not divisible by {TP}*{PP}=1*2=2 "
-                                       "(train DP = num_npus / (TP*PP) must be a whole number)")],
+                                       "(train DP = num_npus / (TP*PP) must be a whole number)"),
+                                      ("7b", [f"{TP}=2", "actor_config.context_parallel_size=3"],
+                                       f"{NPUS}=16 is not divisible by {TP}*{PP}*actor_config.context_parallel_size"
+                                       "=2*1*3=6 (train DP = num_npus / (TP*PP*CP) must be a whole number)")],
     "global_batch_divisible_by_train_dp": [("tiny", [f"{NPUS}=4", f"{ITP}=2", f"{GBS}=6", f"{MINI}=2", f"{MBS}=4"],
                                             f"{GBS}=6 is not divisible by train DP=4 (num_npus / (TP*PP))")],
     "dp_share_divisible_by_micro_batch": [("tiny", [f"{MBS}=48"],
@@ -33,8 +47,16 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
                                f"model.qwen25_7b.num_attention_heads=28 is not divisible by {TP}=8")],
     "query_groups_divisible_by_tp": [("tiny", ["layout=tp4_pp1"],
                                       f"model.tiny_qwen.num_query_groups=2 is not divisible by {TP}=4")],
-    "layers_divisible_by_pp": [("tiny", [f"{PP}=4", f"{NPUS}=4"],
-                                f"model.tiny_qwen.num_layers=2 is not divisible by {PP}=4")],
+    "layers_divisible_by_pp": [
+        ("tiny", [f"{PP}=4", f"{NPUS}=4"], f"model.tiny_qwen.num_layers=2 is not divisible by {PP}=4"),
+        # MindSpeed-LLM's uneven split: one entry per stage, summing to num_layers (qwen25_7b: 28)
+        ("7b", [f"{PP}=2", f"{TP}=2", "actor_config.num_layer_list='15,14'"],
+         "actor_config.num_layer_list='15,14' sums to 29, model.qwen25_7b.num_layers=28"),
+        ("7b", [f"{PP}=2", f"{TP}=2", "actor_config.num_layer_list='10,9,9'"],
+         f"actor_config.num_layer_list='10,9,9' has 3 entries, {PP}=2 stages"),
+        ("7b", [f"{PP}=2", f"{TP}=2", "actor_config.num_layer_list='14,x'"],
+         "actor_config.num_layer_list='14,x' must be comma-separated layer counts >= 1 (e.g. 16,17,16,15)"),
+    ],
     "vocab_divisible_by_tp": [("tiny", [f"{TP}=2", f"{NPUS}=2", f"{ITP}=2", "model.tiny_qwen.padded_vocab_size=65"],
                                f"model.tiny_qwen.padded_vocab_size=65 is not divisible by {TP}=2")],
     "infer_pp_is_one": [("tiny", ["generate_config.infer_pipeline_parallel_size=2"],
@@ -68,7 +90,7 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
     "wandb_needs_exp_name": [("tiny", ["rl_config.use_wandb=true", "rl_config.wandb_project=grpo"],
                               "rl_config.use_wandb=true needs rl_config.wandb_exp_name (got '')")],
     "min_lr_not_above_lr": [("tiny", ["actor_config.min_lr=1e-3"],
-                             "actor_config.min_lr=0.001 is larger than actor_config.lr=0.0002")],
+                             "actor_config.min_lr=0.001 is larger than actor_config.lr=0.0001")],
     "recompute_method_needs_full": [
         ("tiny", ["megatron_training.recompute_method=block"],
          "megatron_training.recompute_method=block needs megatron_training.recompute_granularity=full (got None)"),
@@ -76,10 +98,9 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
          "megatron_training.recompute_granularity=full needs megatron_training.recompute_method and "
          "megatron_training.recompute_num_layers (got None, None)"),
     ],
-    "max_model_len_fits_prompt_and_response": [("tiny", ["generate_config.sampling_config.max_tokens=40"],
-                                                "generate_config.max_model_len=64 is smaller than "
-                                                "rl_config.max_prompt_length + generate_config.sampling_config."
-                                                "max_tokens = 32 + 40 = 72")],
+    "max_model_len_leaves_room_for_a_response": [("tiny", ["rl_config.max_prompt_length=64"],
+                                                  "generate_config.max_model_len=64 leaves no room for a response "
+                                                  "after rl_config.max_prompt_length=64")],
     "max_model_len_fits_seq_length": [("tiny", ["megatron_training.seq_length=128"],
                                        "generate_config.max_model_len=64 is smaller than "
                                        "megatron_training.seq_length=128")],

@@ -73,3 +73,24 @@ def test_verifiers_only_mindspeed_scores_are_accepted_by_the_schema_and_refused_
                                                 "rl_config.verifier_weight=[1.0,1.0]"])
     (problem,) = check_config(cfg)
     assert "rl_config.verifier_function" in problem and "math_verify_reward" in problem
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["model.tiny_qwen.num_experts=4", "model.tiny_qwen.moe_router_topk=2",
+      "model.tiny_qwen.moe_ffn_hidden_size=64"], "num_experts"),
+    (["model.tiny_qwen.qk_layernorm=true"], "qk_layernorm"),
+    (["model.tiny_qwen.kv_channels=32"], "kv_channels"),  # 32 x 4 heads != hidden 64: Qwen3's head layout
+    (["model.tiny_qwen.normalization=LayerNorm"], "normalization"),
+])
+def test_an_architecture_the_engine_does_not_build_is_refused(overrides, key):
+    """A Qwen3 or DeepSeek model config must not silently train as a Qwen2 network."""
+    problems = check_config(load_config("grpo_trainer_tiny_cpu", overrides))
+    assert len(problems) == 1 and problems[0].startswith(f"{TINY}: model.tiny_qwen.{key}: ")
+    assert "Qwen2 decoders only" in problems[0]
+
+
+def test_the_shipped_qwen3_and_deepseek_models_are_refused_by_the_engine():
+    for model in ("qwen3_8b", "qwen3_30b_a3b", "deepseekv3_671b"):
+        cfg = load_config("grpo_trainer_qwen25_7b_A3", [f"model={model}", f"megatron_training.model={model}",
+                                                         f"actor_config.model={model}"])
+        assert any(f"model.{model}." in p and "Qwen2 decoders only" in p for p in check_config(cfg)), model

@@ -31,16 +31,19 @@ def weights(tmp_path):
 @pytest.mark.parametrize("override, key", [
     ("megatron_training.bf16=false", "megatron_training.bf16"),  # validate_rl_args: actor_config.bf16 is False
     ("generate_config.dtype=float16", "generate_config.dtype"),  # validate_rl_args: dtype != "bfloat16"
-    # parse_training_config: not integrated -> {**megatron_training, **config.get("ref_config")} (no such section)
-    ("rl_config.use_integrated_worker=false", "rl_config.use_integrated_worker"),
+    # validate_rl_args: not integrated -> reference_resource.num_npus (None has none); integrated -> must be None
+    (("rl_config.use_integrated_worker=false", "+ref_config.tensor_model_parallel_size=4",
+      "+reward_config.tensor_model_parallel_size=4"), "rl_config.reference_resource"),
+    ("+rl_config.reference_resource={num_npus:8}", "rl_config.reference_resource"),
     # train -> get_tokenizer(tokenizer_model=None): os.path.isdir(None) raises
     ("megatron_training.tokenizer_name_or_path=null", "megatron_training.tokenizer_name_or_path"),
 ])
 def test_a_config_mindspeed_refuses_at_launch_is_refused_by_check(weights, override, key):
     backend = MindSpeedBackend(settings_for(weights))
-    problems = backend.check(config(override))
+    overrides = override if isinstance(override, tuple) else (override,)
+    problems = backend.check(config(*overrides))
     assert len(problems) == 1 and f": {key}: " in problems[0] and "\n" not in problems[0]
-    assert problems[0].startswith(config(override)._source + ": ")
+    assert problems[0].startswith(config(*overrides)._source + ": ")
     assert backend.check(config()) == []  # the compliant config (bf16, bfloat16, integrated, tokenizer) passes
 
 

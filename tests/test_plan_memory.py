@@ -126,3 +126,46 @@ def test_offloading_lowers_the_generation_peak():
 def test_smaller_devices_turn_a_fitting_layout_infeasible():
     cfg = load_config(BASE, ["layout=tp2_pp2", "actor_config.micro_batch_size=4"])
     assert estimate(cfg, 64).feasible and not estimate(cfg, 32).feasible
+
+
+# ---------------------------------------------------------------------------- Qwen3, MoE, MLA, uneven PP
+RECIPES = Path(__file__).parent / "data" / "mindspeed_recipes"
+
+
+def test_qwen3_parameter_counts_with_per_head_size_and_qk_norm():
+    # Hugging Face safetensors totals: Qwen3-8B (head 128 = hidden/heads) and Qwen3-32B, whose 64 heads of
+    # kv_channels=128 make the attention 8192 wide on a 5120 hidden size.
+    qwen3_8b = load_config(RECIPES / "grpo_qwen3_8b_A3.yaml")
+    assert model_parameters(qwen3_8b.model_arch) == 8_190_735_360
+    qwen3_32b = load_config(RECIPES / "grpo_qwen3_8b_A3.yaml", [
+        "model.qwen3_8b.num_layers=64", "model.qwen3_8b.hidden_size=5120", "model.qwen3_8b.ffn_hidden_size=25600",
+        "model.qwen3_8b.num_attention_heads=64", "model.qwen3_8b.kv_channels=128"])
+    assert model_parameters(qwen3_32b.model_arch) == 32_762_123_264
+
+
+@pytest.mark.parametrize("name, why", [
+    ("grpo_qwen3_235b_a22b_A2", "model.qwen3_235b_a22b is MoE (128 experts, top-8), which the planner does not model"),
+    ("grpo_deepseek_r1_671b_A3", "model.deepseekv3_671b is MoE (256 experts, top-8) + MLA, which the planner does "
+                                 "not model"),
+])
+def test_moe_and_mla_models_are_not_estimated(name, why):
+    est = estimate(load_config(RECIPES / f"{name}.yaml"), 64)
+    assert not est.estimated and est.reason == f"not estimated: {why}"
+    assert est.feasible  # neither pruned nor vouched for: the reason says which
+    assert est.notes == (est.reason,) and est.train_peak_gb != est.train_peak_gb  # NaN, not a figure
+
+
+def test_context_parallelism_is_not_estimated():
+    est = estimate(load_config(BASE, ["actor_config.context_parallel_size=2", "layout=tp4_pp1"]), 64)
+    assert not est.estimated and "context_parallel_size=2" in est.reason
+
+
+def test_an_uneven_layer_split_is_estimated_per_stage():
+    """1F1B: stage i holds up to PP - i micro batches, so 17 layers on the second of 4 stages weigh less
+    than 16 plus the embedding on the first: MindSpeed-RL's 16,17,16,15 split of Qwen2.5-32B fits."""
+    even = estimate(load_config(RECIPES / "grpo_qwen25_32b_A3.yaml", ["actor_config.num_layer_list=null"]), 64)
+    uneven = estimate(load_config(RECIPES / "grpo_qwen25_32b_A3.yaml"), 64)
+    assert uneven.feasible and uneven.update_peak_gb == pytest.approx(even.update_peak_gb)
+    heavy = estimate(load_config(RECIPES / "grpo_qwen25_32b_A3.yaml", ["actor_config.num_layer_list='22,14,14,14'"]),
+                     64)
+    assert heavy.update_peak_gb > even.update_peak_gb

@@ -37,9 +37,10 @@ import yaml
 from omegaconf import OmegaConf, open_dict
 from pydantic import ValidationError
 
+from grpo.config.canonical import canonicalize
 from grpo.config.messages import validation_problems
 from grpo.config.rules import check_rules
-from grpo.config.schema import GRPOConfig
+from grpo.config.schema import KEY_HOMES, MEGATRON_DEFAULTS, GRPOConfig
 from grpo.errors import UserError
 
 if TYPE_CHECKING:
@@ -363,10 +364,18 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> GRPOConfig
 
     ``source`` names the file in every message (and becomes ``cfg._source``).
     """
+    data, moved = canonicalize(data, KEY_HOMES, MEGATRON_DEFAULTS)
     try:
         cfg = GRPOConfig.model_validate(data)
     except ValidationError as err:
-        problems = validation_problems(err, source)
+        problems = validation_problems(err, source, moved=moved)
+        # A model key in actor_config cannot move to a model that is not loaded: name that cause first.
+        models, actor = data.get("model"), data.get("actor_config")
+        name = actor.get("model") if isinstance(actor, dict) else None
+        if isinstance(models, dict) and isinstance(name, str) and name not in models:
+            loaded = ", ".join(sorted(map(str, models))) or "none"
+            problems.insert(0, f"{source}: actor_config.model: model '{name}' is not loaded by the defaults list "
+                               f"(loaded: {loaded})")  # fmt: skip
         raise UserError(problems[0], problems=problems) from None
     cfg._source = source
     problems = [f"{source}: {line}" for line in check_rules(cfg)]

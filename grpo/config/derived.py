@@ -27,7 +27,7 @@ class Derived:
     num_npus: int = _how("rl_config.actor_resource.num_npus")
     train_tp: int = _how("actor_config TP")
     train_pp: int = _how("actor_config PP")
-    train_dp: int = _how("num_npus / (TP * PP)")
+    train_dp: int = _how("num_npus / (TP * PP * CP)")
     infer_tp: int = _how("generate_config infer TP")
     generation_dp: int = _how("num_npus / infer TP")  # vLLM replicas (infer PP is always 1)
     rollouts_per_iteration: int = _how("global_batch * n_samples")
@@ -35,7 +35,8 @@ class Derived:
     optimizer_steps_per_iteration: int = _how("epochs * global_batch / mini_batch")
     micro_batches_per_step: int = _how("mini_batch_responses / DP / micro")  # per train DP rank
     prompts_per_generation_replica: int = _how("global_batch / generation DP")
-    tokens_per_iteration_max: int = _how("rollouts * (prompt + response)")  # max_prompt_length + max_tokens
+    # max_prompt_length + max_tokens, at most max_model_len (responses are capped there)
+    tokens_per_iteration_max: int = _how("rollouts * (prompt + response)")
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -50,12 +51,18 @@ def _div(a: int, b: int) -> int:
     return a // b if b else 0
 
 
+def sequence_length(cfg: GRPOConfig) -> int:
+    """Longest sequence of a rollout: max_prompt_length + max_tokens, capped at max_model_len."""
+    gen = cfg.generate_config
+    return min(cfg.rl_config.max_prompt_length + gen.sampling_config.max_tokens, gen.max_model_len)
+
+
 def derive(cfg: GRPOConfig) -> Derived:
     """Compute the derived values of ``cfg`` (exact when ``check_rules(cfg)`` is empty)."""
     actor, rl, gen = cfg.actor_config, cfg.rl_config, cfg.generate_config
     num_npus = rl.actor_resource.num_npus
     tp, pp = actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size
-    train_dp = _div(num_npus, tp * pp)
+    train_dp = _div(num_npus, tp * pp * actor.context_parallel_size)
     generation_dp = _div(num_npus, gen.infer_tensor_parallel_size * gen.infer_pipeline_parallel_size)
     gbs, n = cfg.megatron_training.global_batch_size, rl.n_samples_per_prompt
     rollouts = gbs * n
@@ -72,5 +79,5 @@ def derive(cfg: GRPOConfig) -> Derived:
         optimizer_steps_per_iteration=rl.epochs * _div(gbs, rl.mini_batch_size),
         micro_batches_per_step=_div(_div(mini_responses, train_dp), actor.micro_batch_size),
         prompts_per_generation_replica=_div(gbs, generation_dp),
-        tokens_per_iteration_max=rollouts * (rl.max_prompt_length + gen.sampling_config.max_tokens),
+        tokens_per_iteration_max=rollouts * sequence_length(cfg),
     )

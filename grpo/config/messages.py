@@ -7,6 +7,7 @@ The wording is the project's one (``grpo.errors.validation_lines``); this adds t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -15,6 +16,24 @@ from grpo.config.keys import suggest_key
 from grpo.errors import dotted, validation_lines
 
 
-def validation_problems(error: ValidationError, source: str, prefix: tuple[Any, ...] = ()) -> list[str]:
-    """One line per error of ``error``; ``prefix`` is prepended to locations (a section validated alone)."""
-    return validation_lines(error, source, prefix=prefix, suggest=lambda loc: suggest_key(dotted(loc)))
+def validation_problems(
+    error: ValidationError,
+    source: str,
+    prefix: tuple[Any, ...] = (),
+    moved: Mapping[tuple[str, ...], tuple[str, ...]] | None = None,
+) -> list[str]:
+    """One line per error of ``error``; ``prefix`` is prepended to locations (a section validated alone).
+
+    ``moved`` maps the location a Megatron key was moved to (``canonical.py``) to where the file wrote it,
+    so the message names the key as written (``actor_config.num_layers``, not ``model.<name>.num_layers``).
+    """
+
+    def relocate(loc: tuple[Any, ...], message: str) -> tuple[tuple[Any, ...], str]:
+        for new, old in (moved or {}).items():
+            if loc[: len(new)] == new:
+                return (*old, *loc[len(new) :]), message
+        return loc, message
+
+    return validation_lines(
+        error, source, prefix=prefix, suggest=lambda loc: suggest_key(dotted(loc)), relocate=relocate
+    )

@@ -15,23 +15,29 @@ from pydantic import AliasChoices, BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from grpo.config.manifest import COMMIT, manifest_keys
 from grpo.config.rules import RULES
 from grpo.config.schema import (
+    KEY_HOMES,
+    TYPE_CORRECTIONS,
     ActorConfig,
     EngineConfig,
     GenerateConfig,
     GRPOConfig,
+    MegatronRoleConfig,
     MegatronTrainingConfig,
     ModelConfig,
     ResourceConfig,
     RLConfig,
     SamplingConfig,
+    Section,
 )
 
 TABLES: tuple[tuple[str, type[BaseModel]], ...] = (
     ("model.<name>", ModelConfig),
     ("megatron_training", MegatronTrainingConfig),
     ("actor_config", ActorConfig),
+    ("ref_config / reward_config", MegatronRoleConfig),
     ("rl_config", RLConfig),
     ("rl_config.actor_resource", ResourceConfig),
     ("generate_config", GenerateConfig),
@@ -49,6 +55,15 @@ A grpo_trainer config (`configs/grpo_trainer_*.yaml`) follows MindSpeed-RL's lay
 from `configs/model/qwen25_7b.yaml`) and optionally a parallel layout (`- layout: tp4_pp1`, from
 `configs/layout/`), then the sections below. `megatron_training.model` and `actor_config.model` name
 the model. `engine` and `layout` are grpo-sweep's own and are not rendered for MindSpeed-RL.
+
+Every key MindSpeed-RL accepts is accepted, with MindSpeed-RL's default: the keys grpo-sweep reads are in
+the tables below; all others are listed under "Long tail" at the end, typed and defaulted from the key
+manifest `grpo/config/mindspeed_keys.json` (recorded from MindSpeed-RL's config classes by
+`tools/mindspeed_manifest.py`). MindSpeed-RL merges a model file, `megatron_training` and `actor_config`
+into one Megatron config (later ones win), so any Megatron key is legal in any of them: a table's key
+written in another of those sections is taken as if written in its own (`actor_config.num_layers: 96`
+sets the model's `num_layers`). Without the integrated worker, `ref_config` and `reward_config` are
+merged over `megatron_training` the same way for the reference and reward models.
 
 Unknown keys are errors (with the nearest valid key suggested). Overrides use Hydra's grammar:
 `rl_config.clip_ratio=0.3`, `layout=tp2_pp2` (works whether or not the defaults list names a layout).
@@ -135,6 +150,11 @@ def _key(name: str, info: FieldInfo) -> str:
     return f"`{name}`" + "".join(f" (alias `{a}`)" for a in others)
 
 
+def _first_class(model: type[BaseModel]) -> list[str]:
+    long_tail = model.long_tail if issubclass(model, Section) else frozenset()
+    return [name for name in model.model_fields if name not in long_tail]
+
+
 def section_table(prefix: str, model: type[BaseModel]) -> str:
     lines = [
         f"## `{prefix}`",
@@ -144,7 +164,8 @@ def section_table(prefix: str, model: type[BaseModel]) -> str:
         "| key | type | default | allowed | description |",
         "|---|---|---|---|---|",
     ]
-    for name, info in model.model_fields.items():
+    for name in _first_class(model):
+        info = model.model_fields[name]
         lines.append(
             f"| {_key(name, info)} | {_type_name(info.annotation)} | {_default(info)} | "
             f"{_allowed(info)} | {info.description or ''} |"
@@ -166,6 +187,50 @@ def rules_section() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _long_tail_entry(section: str, key: str, entry: dict[str, Any]) -> str:
+    default, kind = entry.get("default"), entry.get("type", "any")
+    if (section, key) in TYPE_CORRECTIONS:
+        kind = "list|str"  # what MindSpeed-RL's own files give, beside its docstring's type
+    shown = "null" if default is None else str(default).lower() if isinstance(default, bool) else repr(default)
+    if entry.get("computed"):
+        shown = "(computed by MindSpeed-RL)"
+    return f"`{key}` {kind}={shown}"
+
+
+def long_tail_section() -> str:
+    """Every MindSpeed-RL key that is not a first-class field, compactly: ``key`` type=default."""
+    groups = (
+        ("Megatron (`model.<name>`, `megatron_training`, `actor_config`, `ref_config`, `reward_config`)",
+         "megatron", set(KEY_HOMES) | {"model"}),
+        ("`rl_config`", "rl", set(RLConfig.model_fields) - RLConfig.long_tail),
+        ("`generate_config`", "generate", set(GenerateConfig.model_fields) - GenerateConfig.long_tail),
+        ("`generate_config.sampling_config`", "sampling", set(SamplingConfig.model_fields) - SamplingConfig.long_tail),
+    )  # fmt: skip
+    lines = [
+        "## Long tail",
+        "",
+        f"MindSpeed-RL's other keys, at commit {COMMIT[:7]} of its config classes (`grpo/config/mindspeed_keys.json`).",
+        "Each is accepted with the type family and default shown (`null` is accepted too) and is kept, shown",
+        "and rendered only when the config sets it, exactly as written; grpo-sweep does not read it.",
+        "",
+    ]
+    for title, section, first_class in groups:
+        entries = [
+            _long_tail_entry(section, k, dict(e))
+            for k, e in manifest_keys(section).items()  # type: ignore[arg-type]
+            if k not in first_class
+        ]
+        lines += [f"### {title}: {len(entries)} keys", ""]
+        line = ""
+        for entry in entries or ["(none)"]:
+            if line and len(line) + len(entry) > 110:
+                lines.append(line.rstrip(" ·"))
+                line = ""
+            line += entry + " · "
+        lines += [line.rstrip(" ·"), ""]
+    return "\n".join(lines)
+
+
 def generate() -> str:
     """The whole reference document."""
     top = GRPOConfig.model_fields["layout"]
@@ -175,6 +240,7 @@ def generate() -> str:
         "## top level\n\n| key | type | default | allowed | description |\n|---|---|---|---|---|\n"
         f"| `layout` | {_type_name(top.annotation)} | null | a file in `configs/layout/` | {top.description} |\n"
     )
+    parts.append(long_tail_section())
     return "\n".join(parts)
 
 

@@ -1,14 +1,16 @@
 """Render a config as the YAML files MindSpeed-RL's ``cli/train_grpo.py`` reads.
 
 Two files, as MindSpeed-RL lays them out: the trainer YAML (``configs/grpo_trainer_*.yaml``: a
-defaults list naming the model, then megatron_training, actor_config, rl_config, generate_config)
+defaults list naming the model, then megatron_training, actor_config, ref_config and reward_config when
+the config has them, rl_config, generate_config)
 and one ``configs/model/<name>.yaml`` per model, which MindSpeed-RL's Hydra loads itself, so the
 architecture is not inlined into the trainer YAML. grpo-sweep's own ``engine`` section and the
 ``layout`` marker are dropped (the layout's values are already in the sections).
 
-Keys whose value is null are left out: in the schema a null always means "not set, MindSpeed-RL's
-default applies" (every optional field defaults to None), so leaving them out loses nothing and
-keeps the YAML acceptable to MindSpeed-RL versions that do not know the key.
+First-class keys whose value is null are left out: in the schema a null always means "not set,
+MindSpeed-RL's default applies" (every optional first-class field defaults to None), so leaving them out
+loses nothing and keeps the YAML acceptable to MindSpeed-RL versions that do not know the key. Long-tail
+keys (``schema.py``) are written when the config sets them, exactly as given, and never otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import yaml
 
 from grpo.config.schema import GRPOConfig
 
-MINDSPEED_SECTIONS = ("megatron_training", "actor_config", "rl_config", "generate_config")
+MINDSPEED_SECTIONS = (
+    "megatron_training",
+    "actor_config",
+    "ref_config",
+    "reward_config",
+    "rl_config",
+    "generate_config",
+)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -34,10 +43,12 @@ def _dump(data: dict[str, Any]) -> str:
 
 
 def mindspeed_dict(cfg: GRPOConfig) -> dict[str, Any]:
-    """The trainer YAML as a dict: defaults list + the four MindSpeed-RL sections, nulls left out."""
+    """The trainer YAML as a dict: defaults list + the MindSpeed-RL sections, unset keys left out."""
     data: dict[str, Any] = {"defaults": [{"model": list(cfg.model)}, "_self_"]}
-    for section in MINDSPEED_SECTIONS:
-        data[section] = getattr(cfg, section).model_dump(mode="json", exclude_none=True)
+    for name in MINDSPEED_SECTIONS:
+        section = getattr(cfg, name)
+        if section is not None:  # ref_config / reward_config only when given
+            data[name] = section.dump(render=True)
     return data
 
 
@@ -51,4 +62,4 @@ def render_mindspeed_model(cfg: GRPOConfig, name: str | None = None) -> tuple[st
     """``(name, yaml_text)`` of ``configs/model/<name>.yaml`` for one model (default: the actor's)."""
     name = name or cfg.actor_config.model
     arch = cfg.model.get(name) or cfg.model_arch  # model_arch raises the UserError
-    return name, _dump({name: arch.model_dump(mode="json", exclude_none=True)})
+    return name, _dump({name: arch.dump(render=True)})

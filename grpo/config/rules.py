@@ -26,13 +26,24 @@ GBS = "megatron_training.global_batch_size"
 MBS = "actor_config.micro_batch_size"
 N = "rl_config.n_samples_per_prompt"
 ITP = "generate_config.infer_tensor_parallel_size"
+CP = "actor_config.context_parallel_size"
 
 
 def _sizes(cfg: GRPOConfig) -> tuple[int, int, int, int, int]:
+    """(num_npus, TP, PP, train DP, infer TP); DP = num_npus / (TP * PP * CP) as MindSpeed-RL computes it."""
     a = cfg.actor_config
     npus = cfg.rl_config.actor_resource.num_npus
     tp, pp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
-    return npus, tp, pp, npus // (tp * pp), cfg.generate_config.infer_tensor_parallel_size
+    return npus, tp, pp, npus // (tp * pp * a.context_parallel_size), cfg.generate_config.infer_tensor_parallel_size
+
+
+def _split(cfg: GRPOConfig) -> tuple[str, int, str]:
+    """How the training devices of one replica are named and counted: ("TP*PP", 8, "2*4") or with CP."""
+    a = cfg.actor_config
+    tp, pp, cp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size
+    if cp == 1:
+        return "TP*PP", tp * pp, f"{TP}*{PP}={tp}*{pp}"
+    return "TP*PP*CP", tp * pp * cp, f"{TP}*{PP}*{CP}={tp}*{pp}*{cp}"
 
 
 def _arch(cfg: GRPOConfig) -> ModelConfig | None:
@@ -40,31 +51,43 @@ def _arch(cfg: GRPOConfig) -> ModelConfig | None:
 
 
 def _layout_ok(cfg: GRPOConfig) -> bool:
-    npus, tp, pp, _, _ = _sizes(cfg)
-    return npus % (tp * pp) == 0
+    return cfg.rl_config.actor_resource.num_npus % _split(cfg)[1] == 0
 
 
 # ------------------------------------------------------------------------------------ model choice
 def model_is_loaded(cfg: GRPOConfig) -> str | None:
-    """megatron_training.model and actor_config.model name a model the defaults list loads."""
+    """megatron_training.model, actor_config.model (and ref_config/reward_config.model) name loaded models."""
     loaded = ", ".join(sorted(cfg.model)) or "none"
-    for key, name in (
-        ("megatron_training.model", cfg.megatron_training.model),
-        ("actor_config.model", cfg.actor_config.model),
-    ):
+    names = [("megatron_training.model", cfg.megatron_training.model), ("actor_config.model", cfg.actor_config.model)]
+    names += [(f"{r}.model", s.model) for r in ("ref_config", "reward_config") if (s := getattr(cfg, r)) and s.model]
+    for key, name in names:
         if name not in cfg.model:
             return f"{key}: model '{name}' is not loaded by the defaults list (loaded: {loaded})"
     return None
 
 
+def integrated_worker_sections(cfg: GRPOConfig) -> str | None:
+    """use_integrated_worker=false needs ref_config and reward_config; true refuses them (parse_training_config)."""
+    missing = [r for r in ("ref_config", "reward_config") if getattr(cfg, r) is None]
+    if not cfg.rl_config.use_integrated_worker and missing:
+        return (
+            f"rl_config.use_integrated_worker=false needs ref_config and reward_config sections (missing: "
+            f"{', '.join(missing)}); MindSpeed-RL merges each over megatron_training for its role"
+        )
+    given = [r for r in ("ref_config", "reward_config") if getattr(cfg, r) is not None]
+    if cfg.rl_config.use_integrated_worker and given:
+        return f"{given[0]} is set but rl_config.use_integrated_worker=true (the actor's config serves every role)"
+    return None
+
+
 # ---------------------------------------------------------------------------------- train layout
 def npus_divisible_by_train_tp_pp(cfg: GRPOConfig) -> str | None:
-    """num_npus % (TP * PP) == 0: the train data-parallel size DP = num_npus / (TP * PP) is whole."""
-    npus, tp, pp, _, _ = _sizes(cfg)
-    if npus % (tp * pp):
+    """num_npus % (TP * PP * CP) == 0: the train data-parallel size DP = num_npus / (TP * PP * CP) is whole."""
+    npus = cfg.rl_config.actor_resource.num_npus
+    names, size, spelt = _split(cfg)
+    if npus % size:
         return (
-            f"{NPUS}={npus} is not divisible by {TP}*{PP}={tp}*{pp}={tp * pp} "
-            f"(train DP = num_npus / (TP*PP) must be a whole number)"
+            f"{NPUS}={npus} is not divisible by {spelt}={size} (train DP = num_npus / ({names}) must be a whole number)"
         )
     return None
 
@@ -76,7 +99,7 @@ def global_batch_divisible_by_train_dp(cfg: GRPOConfig) -> str | None:
     dp = _sizes(cfg)[3]
     gbs = cfg.megatron_training.global_batch_size
     if gbs % dp:
-        return f"{GBS}={gbs} is not divisible by train DP={dp} (num_npus / (TP*PP))"
+        return f"{GBS}={gbs} is not divisible by train DP={dp} (num_npus / ({_split(cfg)[0]}))"
     return None
 
 
@@ -120,9 +143,38 @@ def query_groups_divisible_by_tp(cfg: GRPOConfig) -> str | None:
     return _arch_split(cfg, "num_query_groups", TP, attr="effective_query_groups")
 
 
+def stage_layers(cfg: GRPOConfig) -> list[int] | None:
+    """Layers per pipeline stage: actor_config.num_layer_list, else num_layers / PP each (None: not whole)."""
+    arch, actor = _arch(cfg), cfg.actor_config
+    pp = actor.pipeline_model_parallel_size
+    if actor.num_layer_list is not None:
+        try:
+            return [int(n) for n in actor.num_layer_list.split(",")]
+        except ValueError:
+            return None
+    if arch is None or arch.num_layers % pp:
+        return None
+    return [arch.num_layers // pp] * pp
+
+
 def layers_divisible_by_pp(cfg: GRPOConfig) -> str | None:
-    """num_layers % PP == 0: every pipeline stage holds the same number of layers."""
-    return _arch_split(cfg, "num_layers", PP)
+    """num_layers % PP == 0 (even stages), or num_layer_list has one entry per stage summing to num_layers."""
+    actor, arch = cfg.actor_config, _arch(cfg)
+    listed = actor.num_layer_list
+    if listed is None:
+        return _arch_split(cfg, "num_layers", PP)
+    layers = stage_layers(cfg)
+    pp = actor.pipeline_model_parallel_size
+    if layers is None or any(n < 1 for n in layers):
+        return f"actor_config.num_layer_list={listed!r} must be comma-separated layer counts >= 1 (e.g. 16,17,16,15)"
+    if len(layers) != pp:
+        return f"actor_config.num_layer_list={listed!r} has {len(layers)} entries, {PP}={pp} stages"
+    if arch is not None and sum(layers) != arch.num_layers:
+        return (
+            f"actor_config.num_layer_list={listed!r} sums to {sum(layers)}, "
+            f"model.{actor.model}.num_layers={arch.num_layers}"
+        )
+    return None
 
 
 def vocab_divisible_by_tp(cfg: GRPOConfig) -> str | None:
@@ -152,8 +204,11 @@ def infer_tp_fits_train_devices(cfg: GRPOConfig) -> str | None:
     if not _layout_ok(cfg):
         return None
     _, tp, _, dp, itp = _sizes(cfg)
-    if dp * tp < itp:
-        return f"train DP*TP = {dp}*{tp} = {dp * tp} is smaller than {ITP}={itp}"
+    cp = cfg.actor_config.context_parallel_size
+    if dp * tp * cp < itp:
+        if cp == 1:
+            return f"train DP*TP = {dp}*{tp} = {dp * tp} is smaller than {ITP}={itp}"
+        return f"train DP*TP*CP = {dp}*{tp}*{cp} = {dp * tp * cp} is smaller than {ITP}={itp}"
     return None
 
 
@@ -262,15 +317,18 @@ def recompute_method_needs_full(cfg: GRPOConfig) -> str | None:
 
 
 # ---------------------------------------------------------------------------------- lengths
-def max_model_len_fits_prompt_and_response(cfg: GRPOConfig) -> str | None:
-    """max_model_len >= max_prompt_length + max_tokens: the longest prompt plus response fits vLLM."""
+def max_model_len_leaves_room_for_a_response(cfg: GRPOConfig) -> str | None:
+    """max_model_len > max_prompt_length: the longest prompt leaves room for a response.
+
+    A response is capped at max_model_len minus its prompt (MindSpeed-RL's actor_hybrid_worker and the
+    embedded engine alike), so max_prompt_length + max_tokens may exceed max_model_len, as in MindSpeed-RL's
+    DeepSeek-R1 A2 recipe: only the longest prompts then get shorter responses.
+    """
     gen, rl = cfg.generate_config, cfg.rl_config
-    need = rl.max_prompt_length + gen.sampling_config.max_tokens
-    if gen.max_model_len < need:
+    if gen.max_model_len <= rl.max_prompt_length:
         return (
-            f"generate_config.max_model_len={gen.max_model_len} is smaller than rl_config.max_prompt_length"
-            f" + generate_config.sampling_config.max_tokens = {rl.max_prompt_length} + "
-            f"{gen.sampling_config.max_tokens} = {need}"
+            f"generate_config.max_model_len={gen.max_model_len} leaves no room for a response after "
+            f"rl_config.max_prompt_length={rl.max_prompt_length}"
         )
     return None
 
@@ -299,12 +357,13 @@ def positions_fit_max_model_len(cfg: GRPOConfig) -> str | None:
 
 
 def heads_divide_hidden_and_groups(cfg: GRPOConfig) -> str | None:
-    """hidden_size % num_attention_heads == 0 and num_attention_heads % num_query_groups == 0."""
+    """hidden_size % num_attention_heads == 0 (unless kv_channels or MLA size the heads); heads % groups == 0."""
     arch = _arch(cfg)
     if arch is None:
         return None
     name = cfg.actor_config.model
-    if arch.hidden_size % arch.num_attention_heads:
+    own_head_size = arch.kv_channels is not None or arch.multi_latent_attention
+    if not own_head_size and arch.hidden_size % arch.num_attention_heads:
         return (
             f"model.{name}.hidden_size={arch.hidden_size} is not divisible by "
             f"model.{name}.num_attention_heads={arch.num_attention_heads}"
@@ -319,6 +378,7 @@ def heads_divide_hidden_and_groups(cfg: GRPOConfig) -> str | None:
 
 RULES: tuple[Rule, ...] = (
     model_is_loaded,
+    integrated_worker_sections,
     npus_divisible_by_train_tp_pp,
     global_batch_divisible_by_train_dp,
     dp_share_divisible_by_micro_batch,
@@ -339,7 +399,7 @@ RULES: tuple[Rule, ...] = (
     wandb_needs_exp_name,
     min_lr_not_above_lr,
     recompute_method_needs_full,
-    max_model_len_fits_prompt_and_response,
+    max_model_len_leaves_room_for_a_response,
     max_model_len_fits_seq_length,
     positions_fit_max_model_len,
     heads_divide_hidden_and_groups,

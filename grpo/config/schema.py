@@ -6,16 +6,42 @@ its allowed values. Unknown keys are errors everywhere (``extra="forbid"``). Che
 more than one field live in ``rules.py``; single-field ranges live here so the message names the
 field and the offending value.
 
-Fields whose default is ``None`` mean "not set: MindSpeed-RL's own default applies"; the renderer
-leaves them out so versions of MindSpeed-RL that do not know the key still accept the YAML.
+Defaults are MindSpeed-RL's own (its config classes at the commit of ``mindspeed_keys.json``), except the
+few listed with their reason in tests/test_config_manifest.py. Fields whose default is ``None`` mean "not
+set: MindSpeed-RL's own default applies"; the renderer leaves them out so versions of MindSpeed-RL that
+do not know the key still accept the YAML.
+
+Every other key MindSpeed-RL accepts (the long tail: ``reuse_fp32_param``, ``moe_grouped_gemm``,
+``use_remove_padding``, ...) is a field too, typed and defaulted from the key manifest (``manifest.py``).
+Long-tail fields are kept, dumped and rendered only when the config sets them, exactly as given.
+
+MindSpeed-RL builds one Megatron config per role from a model file, ``megatron_training`` and the role's
+section (``actor_config``; ``ref_config``/``reward_config`` without the integrated worker), later ones
+winning, so any Megatron key is legal in any of them. ``canonical.py`` moves the first-class keys to the
+one section that holds them here (``num_layers`` to the model, ``lr`` to ``actor_config``...) before
+validation, with the same effect.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import copy
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import to_jsonable_python
 
+from grpo.config.canonical import canonicalize
+from grpo.config.manifest import KeyEntry, ManifestSection, manifest_keys
 from grpo.errors import UserError
 
 # The names MindSpeed-RL's rule verifier knows (mindspeed_rl/models/rule_verifier.py); the embedded engine
@@ -30,44 +56,141 @@ class Section(BaseModel):
     """Base of every section: unknown keys are errors, values are checked on assignment too."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    # The long-tail fields of this section (from the key manifest); see the module docstring.
+    long_tail: ClassVar[frozenset[str]] = frozenset()
+
+    def dump(self, *, render: bool = False) -> dict[str, Any]:
+        """Plain dict: every first-class field, long-tail fields only when set, as given.
+
+        ``render=True`` also leaves out first-class fields that are null (not set: MindSpeed-RL's default).
+        """
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name in self.long_tail:
+                if name in self.model_fields_set:
+                    out[name] = to_jsonable_python(value)
+                continue
+            value = value.dump(render=render) if isinstance(value, Section) else to_jsonable_python(value)
+            if not (render and value is None):
+                out[name] = value
+        return out
+
+
+_S = TypeVar("_S", bound=Section)
+# Where MindSpeed-RL's own files use another type than its docstring names (the manifest's type for a
+# null default): its model files give `spec` as a [module, function] list.
+TYPE_CORRECTIONS: dict[tuple[str, str], Any] = {("megatron", "spec"): list[str] | str | None}
+_FAMILY: dict[str, Any] = {
+    "bool": bool | None,
+    "int": int | None,
+    "float": int | float | None,  # an int stays an int (rendered back as given)
+    "str": str | None,
+    "list": list[Any] | None,
+    "dict": dict[str, Any] | None,
+}
+
+
+def long_tail_annotation(section: ManifestSection, key: str, entry: KeyEntry) -> Any:
+    """The type of a long-tail field: the manifest's type family, or null (MindSpeed-RL accepts null)."""
+    return TYPE_CORRECTIONS.get((section, key)) or _FAMILY.get(entry.get("type", "any"), Any)
+
+
+def _long_tail_field(section: ManifestSection, entry: KeyEntry) -> FieldInfo:
+    default = entry.get("default")
+    text = f"MindSpeed-RL {section} key (long tail)."
+    if isinstance(default, list | dict):
+        return FieldInfo(default_factory=lambda d=default: copy.deepcopy(d), description=text)
+    return FieldInfo(default=default, description=text)
+
+
+def with_long_tail(base: type[_S], section: ManifestSection, *, skip: frozenset[str] = frozenset()) -> type[_S]:
+    """``base`` plus a field for every key of the manifest section it lacks (and not in ``skip``)."""
+    keys = {k: e for k, e in manifest_keys(section).items() if k not in base.model_fields and k not in skip}
+    fields: dict[str, Any] = {
+        key: (long_tail_annotation(section, key, entry), _long_tail_field(section, entry))
+        for key, entry in keys.items()
+    }
+    name = base.__name__.lstrip("_").removesuffix("Base")
+    model = create_model(name, __base__=base, __module__=__name__, __doc__=base.__doc__, **fields)
+    model.__qualname__ = name  # pickled by reference as grpo.config.schema.<name>
+    model.long_tail = frozenset(keys)
+    return model
 
 
 # --------------------------------------------------------------------------------------------- model
-class ModelConfig(Section):
+class _ModelConfigBase(Section):
     """Network architecture, one entry of `model:` (MindSpeed-RL's configs/model/<name>.yaml)."""
 
-    use_mcore_models: bool = Field(True, description="Build the network with Megatron-core models.")
-    num_layers: int = Field(gt=0, description="Number of transformer layers.")
+    num_layers: int = Field(gt=0, description="Number of transformer layers (with noop_layers: including them).")
     hidden_size: int = Field(gt=0, description="Hidden (model) dimension.")
-    ffn_hidden_size: int = Field(gt=0, description="Inner dimension of the MLP (SwiGLU) block.")
+    ffn_hidden_size: int = Field(gt=0, description="Inner dimension of the MLP (SwiGLU) block of dense layers.")
     num_attention_heads: int = Field(gt=0, description="Number of query attention heads.")
+    kv_channels: int | None = Field(
+        None, gt=0, description="Per-head dimension of Q, K and V; null = hidden_size / num_attention_heads."
+    )
     group_query_attention: bool = Field(False, description="Use grouped-query attention (num_query_groups KV heads).")
     num_query_groups: int = Field(
         1, gt=0, description="Number of key/value head groups when group_query_attention is on."
     )
-    padded_vocab_size: int = Field(gt=0, description="Vocabulary size after padding (embedding rows).")
-    make_vocab_size_divisible_by: int = Field(1, ge=1, description="Pad the vocabulary to a multiple of this.")
-    max_position_embeddings: int = Field(gt=0, description="Longest sequence the position encoding supports.")
-    position_embedding_type: Literal["rope", "learned_absolute"] = Field("rope", description="Position encoding.")
-    rotary_base: float = Field(10000.0, gt=0, description="RoPE base frequency (theta).")
-    normalization: Literal["RMSNorm", "LayerNorm"] = Field("RMSNorm", description="Normalisation layer type.")
-    norm_epsilon: float = Field(1e-6, gt=0, description="Epsilon of the normalisation layers.")
-    swiglu: bool = Field(True, description="Use the SwiGLU activation in the MLP.")
-    add_qkv_bias: bool = Field(True, description="Add a bias to the Q, K and V projections (Qwen2 does).")
-    disable_bias_linear: bool = Field(True, description="No bias in the other linear layers.")
-    untie_embeddings_and_output_weights: bool = Field(
-        True, description="Separate input embedding and output projection weights."
+    qk_layernorm: bool | None = Field(
+        None, description="Normalise queries and keys per head (Qwen3, DeepSeek-V3); null = off."
     )
-    attention_softmax_in_fp32: bool = Field(True, description="Compute the attention softmax in fp32.")
+    padded_vocab_size: int = Field(gt=0, description="Vocabulary size after padding (embedding rows).")
+    make_vocab_size_divisible_by: int = Field(128, ge=1, description="Pad the vocabulary to a multiple of this.")
+    max_position_embeddings: int = Field(gt=0, description="Longest sequence the position encoding supports.")
+    position_embedding_type: Literal["rope", "learned_absolute"] = Field(
+        "learned_absolute", description="Position encoding."
+    )
+    rotary_base: float = Field(10000.0, gt=0, description="RoPE base frequency (theta).")
+    normalization: Literal["RMSNorm", "LayerNorm"] = Field("LayerNorm", description="Normalisation layer type.")
+    norm_epsilon: float = Field(1e-5, gt=0, description="Epsilon of the normalisation layers.")
+    swiglu: bool = Field(False, description="Use the SwiGLU activation in the MLP.")
+    add_qkv_bias: bool = Field(False, description="Add a bias to the Q, K and V projections (Qwen2 does).")
+    disable_bias_linear: bool = Field(False, description="No bias in the other linear layers.")
+    untie_embeddings_and_output_weights: bool = Field(
+        False, description="Separate input embedding and output projection weights."
+    )
+    # Mixture of experts (Qwen3-MoE, DeepSeek-V3); null = not set, so a dense model renders none of these.
+    num_experts: int | None = Field(None, gt=0, description="Routed experts per MoE layer; null = a dense model.")
+    moe_router_topk: int | None = Field(None, ge=1, description="Routed experts each token goes through; null = 2.")
+    moe_ffn_hidden_size: int | None = Field(None, gt=0, description="Inner dimension of one expert's MLP.")
+    n_shared_experts: int | None = Field(None, ge=0, description="Experts every token goes through (DeepSeek-V3).")
+    first_k_dense_replace: int | None = Field(None, ge=0, description="The first k layers stay dense (DeepSeek-V3).")
+    moe_layer_freq: int | None = Field(None, ge=1, description="Every n-th layer (after the dense ones) is MoE.")
+    # Multi-head latent attention (DeepSeek-V3).
+    multi_latent_attention: bool | None = Field(
+        None, description="Multi-head latent attention (MLA) instead of GQA; null = off."
+    )
+    q_lora_rank: int | None = Field(None, gt=0, description="MLA: rank of the compressed query projection.")
+    kv_lora_rank: int | None = Field(None, gt=0, description="MLA: rank of the compressed key/value projection.")
+    qk_head_dim: int | None = Field(None, gt=0, description="MLA: per-head query/key dimension without RoPE.")
+    qk_pos_emb_head_dim: int | None = Field(None, gt=0, description="MLA: per-head query/key RoPE dimension.")
+    v_head_dim: int | None = Field(None, gt=0, description="MLA: per-head value dimension.")
 
     @property
     def effective_query_groups(self) -> int:
         """Key/value heads actually used: num_query_groups with GQA, else one per attention head."""
         return self.num_query_groups if self.group_query_attention else self.num_attention_heads
 
+    @property
+    def head_dim(self) -> int:
+        """Per-head dimension of Q, K and V: kv_channels, else hidden_size / num_attention_heads."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def architecture(self) -> str:
+        """``dense``, ``MoE (128 experts, top-8)``, ``MoE (256 experts, top-8) + MLA``: what kind of network."""
+        kinds = []
+        if self.num_experts:
+            kinds.append(f"MoE ({self.num_experts} experts, top-{self.moe_router_topk or 2})")
+        if self.multi_latent_attention:
+            kinds.append("MLA")
+        return " + ".join(kinds) or "dense"
+
 
 # --------------------------------------------------------------------------------- megatron_training
-class MegatronTrainingConfig(Section):
+class _MegatronTrainingConfigBase(Section):
     """Training-engine defaults shared by every model (MindSpeed-RL `megatron_training`)."""
 
     model: str = Field(description="Name of the model (a key of `model`, picked by the defaults list).")
@@ -97,24 +220,24 @@ class MegatronTrainingConfig(Section):
     recompute_num_layers: int | None = Field(
         None, ge=1, description="Layers per recompute group (uniform) or recomputed layers (block)."
     )
-    use_mcore_models: bool = Field(True, description="Use Megatron-core model implementations.")
-    use_fused_rmsnorm: bool = Field(True, description="Use the fused RMSNorm kernel.")
-    use_fused_swiglu: bool = Field(True, description="Use the fused SwiGLU kernel.")
-    use_fused_rotary_pos_emb: bool = Field(True, description="Use the fused rotary embedding kernel.")
-    use_flash_attn: bool = Field(True, description="Use flash attention.")
+    use_mcore_models: bool = Field(False, description="Use Megatron-core model implementations.")
+    use_fused_rmsnorm: bool = Field(False, description="Use the fused RMSNorm kernel.")
+    use_fused_swiglu: bool = Field(False, description="Use the fused SwiGLU kernel.")
+    use_fused_rotary_pos_emb: bool = Field(False, description="Use the fused rotary embedding kernel.")
+    use_flash_attn: bool = Field(False, description="Use flash attention.")
     sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (needs TP > 1).")
-    use_distributed_optimizer: bool = Field(True, description="Shard optimizer state across data-parallel ranks.")
-    no_masked_softmax_fusion: bool = Field(True, description="Disable the fused masked softmax kernel.")
-    attention_softmax_in_fp32: bool = Field(True, description="Compute the attention softmax in fp32.")
-    no_gradient_accumulation_fusion: bool = Field(True, description="Disable fused gradient accumulation.")
+    use_distributed_optimizer: bool = Field(False, description="Shard optimizer state across data-parallel ranks.")
+    no_masked_softmax_fusion: bool = Field(False, description="Disable the fused masked softmax kernel.")
+    attention_softmax_in_fp32: bool = Field(False, description="Compute the attention softmax in fp32.")
+    no_gradient_accumulation_fusion: bool = Field(False, description="Disable fused gradient accumulation.")
     bf16: bool = Field(True, description="Train in bfloat16.")
-    attention_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout probability on attention weights.")
-    hidden_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout probability on hidden states.")
+    attention_dropout: float = Field(0.1, ge=0, lt=1, description="Dropout probability on attention weights.")
+    hidden_dropout: float = Field(0.1, ge=0, lt=1, description="Dropout probability on hidden states.")
     init_method_std: float = Field(0.01, gt=0, description="Standard deviation of the weight initialisation.")
     distributed_backend: Literal["nccl", "hccl", "gloo"] = Field("nccl", description="torch.distributed backend.")
-    no_shared_storage: bool = Field(True, description="Nodes do not share a file system.")
+    no_shared_storage: bool = Field(False, description="Nodes do not share a file system.")
     dataset_additional_keys: list[str] = Field(
-        default_factory=lambda: ["labels"], description="Extra dataset columns kept with each prompt (e.g. labels)."
+        default_factory=list, description="Extra dataset columns kept with each prompt (GRPO's rule rewards: labels)."
     )
     split: str = Field("100,0,0", description="Train,valid,test split of the dataset in percent.")
     no_shuffle: bool = Field(False, description="Do not shuffle the dataset.")
@@ -122,7 +245,7 @@ class MegatronTrainingConfig(Section):
 
 
 # -------------------------------------------------------------------------------------- actor_config
-class ActorConfig(Section):
+class _ActorConfigBase(Section):
     """Training settings of the actor (and reference) model (MindSpeed-RL `actor_config`)."""
 
     model: str = Field(description="Name of the actor model (a key of `model`).")
@@ -131,23 +254,61 @@ class ActorConfig(Section):
     )
     tensor_model_parallel_size: int = Field(1, ge=1, description="Training tensor-parallel size (TP).")
     pipeline_model_parallel_size: int = Field(1, ge=1, description="Training pipeline-parallel size (PP).")
+    context_parallel_size: int = Field(1, ge=1, description="Training context-parallel size (CP): splits sequences.")
+    num_layer_list: str | None = Field(
+        None, description="Layers per pipeline stage, comma-separated (e.g. 16,17,16,15); null = num_layers / PP each."
+    )
     lr: float = Field(1e-6, gt=0, description="Peak learning rate.")
-    lr_decay_style: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning-rate schedule.")
+    lr_decay_style: Literal["constant", "linear", "cosine"] = Field("linear", description="Learning-rate schedule.")
     min_lr: float = Field(0.0, ge=0, description="Learning rate at the end of the decay.")
     lr_warmup_fraction: float = Field(0.0, ge=0, le=1, description="Fraction of train_iters spent warming up the lr.")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay against overfitting.")
     clip_grad: float = Field(1.0, ge=0, description="Gradient-norm clipping threshold (0 = off).")
     adam_beta1: float = Field(0.9, ge=0, lt=1, description="Adam beta1.")
-    adam_beta2: float = Field(0.95, ge=0, lt=1, description="Adam beta2.")
+    adam_beta2: float = Field(0.999, ge=0, lt=1, description="Adam beta2.")
     finetune: bool = Field(
-        True, description="Load weights only and restart the iteration count (false = resume a training run)."
+        False, description="Load weights only and restart the iteration count (false = resume a training run)."
     )
     load: str | None = Field(None, description="Checkpoint folder to load; null = a freshly built (cached) policy.")
     save: str | None = Field(None, description="Checkpoint folder to save into; null = no checkpoints.")
-    no_load_optim: bool = Field(True, description="Do not load the optimizer state when loading.")
-    no_load_rng: bool = Field(True, description="Do not load the random-generator state when loading.")
+    no_load_optim: bool = Field(False, description="Do not load the optimizer state when loading.")
+    no_load_rng: bool = Field(False, description="Do not load the random-generator state when loading.")
     no_save_optim: bool = Field(False, description="Do not save the optimizer state.")
     no_save_rng: bool = Field(False, description="Do not save the random-generator state.")
+
+
+class _MegatronRoleConfigBase(Section):
+    """A role's Megatron settings over megatron_training (MindSpeed-RL `ref_config`, `reward_config`).
+
+    Only without the integrated worker (``rl_config.use_integrated_worker: false``), where MindSpeed-RL
+    needs both. Every Megatron key is accepted and rendered as given.
+    """
+
+    model: str | None = Field(
+        None, description="Name of the role's model (a key of `model`); null = megatron_training's."
+    )
+
+
+# Where each first-class Megatron key lives; a key written in another Megatron section is moved there
+# (canonical.py), as MindSpeed-RL's merge of those sections would take it.
+KEY_HOMES: dict[str, str] = {
+    **dict.fromkeys(_ModelConfigBase.model_fields, "model"),
+    **dict.fromkeys(set(_MegatronTrainingConfigBase.model_fields) - {"model"}, "megatron_training"),
+    **dict.fromkeys(set(_ActorConfigBase.model_fields) - {"model"}, "actor_config"),
+}
+_FIRST_CLASS_MEGATRON = frozenset(KEY_HOMES) | {"model"}
+MEGATRON_DEFAULTS: dict[str, Any] = {k: e.get("default") for k, e in manifest_keys("megatron").items()}
+
+if TYPE_CHECKING:
+    ModelConfig = _ModelConfigBase
+    MegatronTrainingConfig = _MegatronTrainingConfigBase
+    ActorConfig = _ActorConfigBase
+    MegatronRoleConfig = _MegatronRoleConfigBase
+else:
+    ModelConfig = with_long_tail(_ModelConfigBase, "megatron")
+    MegatronTrainingConfig = with_long_tail(_MegatronTrainingConfigBase, "megatron", skip=_FIRST_CLASS_MEGATRON)
+    ActorConfig = with_long_tail(_ActorConfigBase, "megatron", skip=_FIRST_CLASS_MEGATRON)
+    MegatronRoleConfig = with_long_tail(_MegatronRoleConfigBase, "megatron")
 
 
 # ----------------------------------------------------------------------------------------- rl_config
@@ -157,7 +318,7 @@ class ResourceConfig(Section):
     num_npus: int = Field(1, ge=1, description="NPUs (or CPU slots) for the actor and reference models.")
 
 
-class RLConfig(Section):
+class _RLConfigBase(Section):
     """GRPO-specific parameters and resources (MindSpeed-RL `rl_config`).
 
     MindSpeed-RL multiplies mini_batch_size by n_samples_per_prompt internally: the YAML counts
@@ -181,16 +342,16 @@ class RLConfig(Section):
     )
     kl_ctrl_type: Literal["fixed", "adaptive"] = Field("fixed", description="KL coefficient control.")
     init_kl_coef: float = Field(0.01, ge=0, description="(Initial) weight of the KL loss.")
-    kl_target: float = Field(0.1, gt=0, description="Target KL of the adaptive controller (kl_ctrl_type=adaptive).")
-    kl_horizon: int = Field(10000, gt=0, description="Horizon (responses) of the adaptive KL controller.")
+    kl_target: float = Field(100.0, gt=0, description="Target KL of the adaptive controller (kl_ctrl_type=adaptive).")
+    kl_horizon: int = Field(1000, gt=0, description="Horizon (responses) of the adaptive KL controller.")
     mini_batch_size: int = Field(
-        32, gt=0, description="Prompts per actor update (times n_samples_per_prompt responses)."
+        1, gt=0, description="Prompts per actor update (times n_samples_per_prompt responses)."
     )
-    max_prompt_length: int = Field(2048, gt=0, description="Longest prompt in tokens.")
+    max_prompt_length: int = Field(512, gt=0, description="Longest prompt in tokens.")
     epochs: int = Field(1, ge=1, description="Passes over each iteration's rollouts.")
     clip_ratio: float = Field(0.2, ge=0, le=1, description="PPO clip ratio of the policy loss; usually 0.1-0.3.")
     entropy_coeff: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
-    n_samples_per_prompt: int = Field(8, ge=1, description="Responses generated per prompt (the GRPO group size).")
+    n_samples_per_prompt: int = Field(1, ge=1, description="Responses generated per prompt (the GRPO group size).")
     shuffle_mini_batch: bool = Field(
         False,
         validation_alias=AliasChoices("shuffle_mini_batch", "shuffle_minibatch"),
@@ -230,22 +391,28 @@ class RLConfig(Section):
         return data
 
 
+if TYPE_CHECKING:
+    RLConfig = _RLConfigBase
+else:
+    RLConfig = with_long_tail(_RLConfigBase, "rl")
+
+
 # ----------------------------------------------------------------------------------- generate_config
-class SamplingConfig(Section):
+class _SamplingConfigBase(Section):
     """vLLM sampling parameters of the rollout."""
 
     logprobs: int = Field(1, ge=0, description="Top log-probabilities returned per token.")
-    max_tokens: int = Field(2048, gt=0, description="Longest response in tokens.")
+    max_tokens: int = Field(128, gt=0, description="Longest response in tokens.")
     top_p: float = Field(
         1.0, gt=0, le=1, description="Nucleus sampling: smallest token set with this total probability."
     )
     top_k: int = Field(
-        -1,
+        50,
         json_schema_extra={"allowed": "-1 or >= 1"},
         description="Sample among the top_k most likely tokens (-1 = all).",
     )
     min_p: float = Field(0.0, ge=0, lt=1, description="Drop tokens less likely than min_p times the top token.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    temperature: float = Field(0.2, gt=0, description="Sampling temperature.")
     seed: int | None = Field(None, ge=0, description="Sampling seed (null = random).")
     detokenize: bool = Field(False, description="Turn output tokens back into text.")
 
@@ -257,21 +424,27 @@ class SamplingConfig(Section):
         return value
 
 
-class GenerateConfig(Section):
+if TYPE_CHECKING:
+    SamplingConfig = _SamplingConfigBase
+else:
+    SamplingConfig = with_long_tail(_SamplingConfigBase, "sampling")
+
+
+class _GenerateConfigBase(Section):
     """Rollout (inference) settings: parallelism, weight resharding, vLLM engine, sampling."""
 
-    trust_remote_code: bool = Field(True, description="Trust remote code of the tokenizer/model.")
+    trust_remote_code: bool = Field(False, description="Trust remote code of the tokenizer/model.")
     offload_train_optimizer: bool = Field(False, description="Offload the training optimizer during rollout.")
     offload_train_grad: bool = Field(False, description="Offload training gradients during rollout.")
     offload_train_param: bool = Field(False, description="Offload training weights during rollout.")
-    infer_tensor_parallel_size: int = Field(1, ge=1, description="Rollout tensor-parallel size.")
+    infer_tensor_parallel_size: int = Field(8, ge=1, description="Rollout tensor-parallel size.")
     infer_pipeline_parallel_size: int = Field(
         1, ge=1, description="Rollout pipeline-parallel size (only 1 is supported)."
     )
     infer_expert_parallel_size: int = Field(1, ge=1, description="Rollout expert-parallel size (MoE models).")
-    max_num_seqs: int = Field(1024, gt=0, description="Most sequences vLLM runs at once.")
-    max_model_len: int = Field(4096, gt=0, description="Longest prompt + response vLLM handles.")
-    max_num_batched_tokens: int = Field(8192, gt=0, description="Most tokens in one vLLM scheduler step.")
+    max_num_seqs: int = Field(1, gt=0, description="Most sequences vLLM runs at once.")
+    max_model_len: int = Field(2048, gt=0, description="Longest prompt + response vLLM handles.")
+    max_num_batched_tokens: int = Field(2048, gt=0, description="Most tokens in one vLLM scheduler step.")
     enforce_eager: bool = Field(
         True, description="Run PyTorch eagerly (turn off only for DeepSeek V3 torchair graphs)."
     )
@@ -284,6 +457,12 @@ class GenerateConfig(Section):
         default_factory=SamplingConfig,
         description="Sampling parameters.",
     )
+
+
+if TYPE_CHECKING:
+    GenerateConfig = _GenerateConfigBase
+else:
+    GenerateConfig = with_long_tail(_GenerateConfigBase, "generate")
 
 
 # -------------------------------------------------------------------------------------------- engine
@@ -333,6 +512,12 @@ class GRPOConfig(BaseModel):
     model: dict[str, ModelConfig] = Field(description="Architectures loaded by the defaults list, by name.")
     megatron_training: MegatronTrainingConfig
     actor_config: ActorConfig
+    ref_config: MegatronRoleConfig | None = Field(
+        None, description="Reference model's settings over megatron_training (use_integrated_worker: false only)."
+    )
+    reward_config: MegatronRoleConfig | None = Field(
+        None, description="Reward model's settings over megatron_training (use_integrated_worker: false only)."
+    )
     rl_config: RLConfig = Field(default_factory=RLConfig)
     generate_config: GenerateConfig = Field(default_factory=GenerateConfig)
     engine: EngineConfig = Field(
@@ -343,6 +528,12 @@ class GRPOConfig(BaseModel):
 
     # The file the config was composed from, as messages name it (set by load_config / config_from_dict).
     _source: str = PrivateAttr(default="config")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_megatron_sections(cls, data: Any) -> Any:
+        """First-class Megatron keys written in another Megatron section move to their own (canonical.py)."""
+        return canonicalize(data, KEY_HOMES, MEGATRON_DEFAULTS)[0]
 
     @property
     def layout_name(self) -> str:
@@ -362,5 +553,13 @@ class GRPOConfig(BaseModel):
         return self.model[name]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict of every field; ``GRPOConfig.model_validate(cfg.to_dict())`` gives it back."""
-        return self.model_dump(mode="json")
+        """Plain nested dict: every first-class field, the long-tail keys the config sets, and ref_config /
+        reward_config when present; ``GRPOConfig.model_validate(cfg.to_dict())`` gives it back."""
+        out: dict[str, Any] = {"model": {name: arch.dump() for name, arch in self.model.items()}}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, Section):
+                out[name] = value.dump()
+            elif name not in out and not (name in ("ref_config", "reward_config") and value is None):
+                out[name] = to_jsonable_python(value)
+        return out

@@ -34,7 +34,9 @@ def select_section(cfg: GRPOConfig, section: str) -> Any:
 
 
 def layout_table(cfg: GRPOConfig, derived: Derived) -> Table:
-    title = f"derived layout: {cfg.layout or 'no named layout'}, model {cfg.actor_config.model}"
+    arch = cfg.model_arch.architecture
+    model = cfg.actor_config.model + ("" if arch == "dense" else f" ({arch})")  # MoE / MLA named
+    title = f"derived layout: {cfg.layout or 'no named layout'}, model {model}"
     table = Table(title=title)
     table.add_column("derived")
     table.add_column("value", justify="right")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from grpo.config import GRPOConfig
+from grpo.config import GRPOConfig, ModelConfig
 from grpo.engine.data import ArithmeticTask
 from grpo.engine.rewards import VERIFIERS
 from grpo.engine.tokenizer import build_task_tokenizer
@@ -26,6 +26,29 @@ def _builtin_tokenizer_figures() -> tuple[int, int]:
     # Operands are always two digits, so every prompt of the generated task has the same length.
     prompt = tokenizer.encode(tokenizer.chat_prompt(f"{ArithmeticTask.low}+{ArithmeticTask.low}=?"))
     return tokenizer.vocab_size, len(prompt)
+
+
+def _unbuilt_architecture(mc: ModelConfig) -> list[tuple[str, str]]:
+    """(key, why) for each part of ``mc`` the engine's Qwen2 decoder does not build: it would otherwise train
+    a different network than the config names without a word."""
+    qwen2 = "the embedded engine builds Qwen2 decoders only (backend: mindspeed runs this model)"
+    out: list[tuple[str, str]] = []
+    if mc.num_experts:
+        out.append(("num_experts", f"mixture of experts; {qwen2}"))
+    if mc.multi_latent_attention:
+        out.append(("multi_latent_attention", f"multi-head latent attention; {qwen2}"))
+    if mc.qk_layernorm:
+        out.append(("qk_layernorm", f"per-head query/key norms (Qwen3); {qwen2}"))
+    if mc.kv_channels and mc.kv_channels * mc.num_attention_heads != mc.hidden_size:
+        out.append(("kv_channels", f"{mc.kv_channels} x {mc.num_attention_heads} heads != hidden_size; {qwen2}"))
+    for key, value, needed in (
+        ("position_embedding_type", mc.position_embedding_type, "rope"),
+        ("normalization", mc.normalization, "RMSNorm"),
+        ("swiglu", mc.swiglu, True),
+    ):
+        if value != needed:
+            out.append((key, f"{value} (Qwen2 needs {needed}); {qwen2}"))
+    return out
 
 
 def check_config(cfg: GRPOConfig) -> list[str]:
@@ -48,6 +71,10 @@ def check_config(cfg: GRPOConfig) -> list[str]:
         problems.append(
             f"{source}: rl_config.rule_reward: the embedded engine scores with rule rewards only; set rule_reward=true"
         )
+
+    arch_model = cfg.model.get(actor.model)
+    if arch_model is not None:
+        problems += [f"{source}: model.{actor.model}.{key}: {why}" for key, why in _unbuilt_architecture(arch_model)]
 
     builtin = not mt.tokenizer_name_or_path and not actor.load  # else a tokenizer.json decides (checked at start)
     arithmetic = eng.task == "arithmetic"

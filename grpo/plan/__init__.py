@@ -5,6 +5,6 @@ feasibility verdict with its reason (formulas and sources: docs/planner.md). It 
 function of a config. The table ``grpo-sweep validate SPEC`` prints is ``grpo.sweep.layout_table``.
 """
 
-from grpo.plan.memory import Estimate, estimate, model_parameters
+from grpo.plan.memory import Estimate, estimate, model_parameters, not_modelled
 
-__all__ = ["Estimate", "estimate", "model_parameters"]
+__all__ = ["Estimate", "estimate", "model_parameters", "not_modelled"]

@@ -14,8 +14,13 @@ Formulas and sources are in docs/planner.md: 6 + 12/DP bytes per parameter for b
 gradients and the distributed optimizer (Megatron-Core's distributed-optimizer guide), activations per
 layer from Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
 generalised to grouped-query attention and SwiGLU, and the KV-cache size of vLLM's paged attention.
-Activations assume every sequence is ``max_prompt_length + max_tokens`` long (an upper bound: padding
-removal and shorter responses only help). Figures are GiB (2**30 bytes).
+Activations assume every sequence is ``max_prompt_length + max_tokens`` long, at most ``max_model_len``
+(an upper bound: padding removal and shorter responses only help). Figures are GiB (2**30 bytes).
+
+Dense decoders are modelled (Qwen2/2.5, Qwen3 dense with its ``kv_channels`` head size and QK norm, an
+uneven ``num_layer_list`` split). Mixture-of-experts, multi-head latent attention and context parallelism
+are not: their estimate says so (``estimated=False``, figures NaN, ``reason`` "not estimated: ...") and
+counts as fitting, so such layouts are neither pruned nor vouched for.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from grpo.config import GRPOConfig, ModelConfig
+from grpo.config.derived import sequence_length
+from grpo.config.rules import stage_layers
 
 GIB = float(2**30)
 # What the driver/runtime keeps of a device before PyTorch sees it: torch_npu reports 60.96 GiB
@@ -65,17 +72,24 @@ class Estimate:
     feasible: bool
     reason: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    estimated: bool = True  # False: an architecture or layout the planner does not model (see the module doc)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # ------------------------------------------------------------------------------------- parameters
+def _head_dim(arch: ModelConfig) -> int:
+    """Per-head size: kv_channels when set (Qwen3), else hidden_size / heads."""
+    return getattr(arch, "kv_channels", None) or arch.hidden_size // arch.num_attention_heads
+
+
 def layer_parameters(arch: ModelConfig) -> float:
-    """Parameters of one transformer layer: attention (Q, K, V, output), MLP, two norms."""
-    h, f = arch.hidden_size, arch.ffn_hidden_size
-    kv = arch.effective_query_groups * (h // arch.num_attention_heads)
-    attention = 2 * h * h + 2 * h * kv + ((h + 2 * kv) if arch.add_qkv_bias else 0)
+    """Parameters of one transformer layer: attention (Q, K, V, output, QK norms), MLP, two norms."""
+    h, f, d = arch.hidden_size, arch.ffn_hidden_size, _head_dim(arch)
+    q, kv = arch.num_attention_heads * d, arch.effective_query_groups * d
+    attention = 2 * h * q + 2 * h * kv + ((q + 2 * kv) if arch.add_qkv_bias else 0)
+    attention += 2 * d if getattr(arch, "qk_layernorm", False) else 0
     mlp = (3 if arch.swiglu else 2) * h * f
     return float(attention + mlp + 2 * h)
 
@@ -87,17 +101,16 @@ def model_parameters(arch: ModelConfig) -> float:
     return arch.num_layers * layer_parameters(arch) + embedding + output + arch.hidden_size
 
 
-def stage_parameters(arch: ModelConfig, tp: int, pp: int) -> tuple[float, float]:
-    """Parameters per NPU on the (first, last) pipeline stage; norms are replicated over TP."""
-    layers = math.ceil(arch.num_layers / pp)
-    h = arch.hidden_size
+def stage_parameters(arch: ModelConfig, tp: int, layers: list[int]) -> list[float]:
+    """Parameters per NPU of each pipeline stage holding ``layers[i]`` layers; norms are replicated over TP.
+
+    The first stage also holds the input embedding, the last the output layer and the final norm."""
+    h, pp = arch.hidden_size, len(layers)
     per_layer = (layer_parameters(arch) - 2 * h) / tp + 2 * h
     embedding = arch.padded_vocab_size * h / tp
     output = embedding if (arch.untie_embeddings_and_output_weights or pp > 1) else 0.0
-    if pp == 1:
-        one = layers * per_layer + embedding + output + h
-        return one, one
-    return layers * per_layer + embedding, layers * per_layer + output + h
+    return [n * per_layer + (embedding if i == 0 else 0.0) + (output + h if i == pp - 1 else 0.0)
+            for i, n in enumerate(layers)]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ activations
@@ -123,9 +136,10 @@ def layer_activation_bytes(
     ``f`` wide (SwiGLU keeps its 2f-wide input and f-wide output), dropout masks only with dropout.
     """
     h, f, a = arch.hidden_size, arch.ffn_hidden_size, arch.num_attention_heads
-    kv = arch.effective_query_groups * (h // a)
+    d = _head_dim(arch)
+    q, kv = a * d, arch.effective_query_groups * d
     unsplit = 8 * h + (2 * h if hidden_dropout > 0 else 0)  # 2 norm inputs, QKV input, fc1 input (+2 masks)
-    split = 2 * h + 2 * kv + 2 * kv + 2 * h  # Q, K, V, attention output (input of the projection)
+    split = 2 * q + 2 * kv + 2 * kv + 2 * q  # Q, K, V, attention output (input of the projection)
     split += (6 * f) if arch.swiglu else (4 * f)  # activation input (2f or f wide) and fc2 input
     scores = 0.0
     if not (flash_attention or selective_recompute):
@@ -162,6 +176,33 @@ def stage_activation_bytes(
 
 
 # --------------------------------------------------------------------------------------- estimate
+def not_modelled(cfg: GRPOConfig) -> str | None:
+    """Why the planner cannot estimate ``cfg`` (None: it can)."""
+    arch = cfg.model_arch
+    if arch.architecture != "dense":
+        return f"model.{cfg.actor_config.model} is {arch.architecture}, which the planner does not model"
+    cp = cfg.actor_config.context_parallel_size
+    if cp > 1:
+        return f"actor_config.context_parallel_size={cp}: context parallelism is not modelled"
+    return None
+
+
+def _not_estimated(cfg: GRPOConfig, device_memory_gb: float, why: str) -> Estimate:
+    actor, gen = cfg.actor_config, cfg.generate_config
+    tp, pp = actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size
+    dp = max(1, cfg.rl_config.actor_resource.num_npus // (tp * pp * actor.context_parallel_size))
+    nan = math.nan
+    return Estimate(
+        device_gb=device_memory_gb,
+        usable_gb=device_memory_gb - RUNTIME_RESERVED_GB - WORKSPACE_GB,
+        train_tp=tp, train_pp=pp, train_dp=dp, infer_tp=gen.infer_tensor_parallel_size,
+        params_per_npu=nan, weights_gb=nan, grads_gb=nan, optimizer_gb=nan, activations_gb=nan, logits_gb=nan,
+        update_peak_gb=nan, forward_peak_gb=nan, train_peak_gb=nan, infer_weights_gb=nan,
+        vllm_activation_gb=nan, kv_cache_gb=nan, kv_sequences=0, generation_peak_gb=nan,
+        feasible=True, reason=f"not estimated: {why}", notes=(f"not estimated: {why}",), estimated=False,
+    )  # fmt: skip
+
+
 def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
     """Per-NPU memory of ``cfg`` on NPUs of ``device_memory_gb`` GiB, and whether it fits.
 
@@ -171,13 +212,16 @@ def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
         est = estimate(load_config("grpo_trainer_qwen25_7b_A3", ["layout=tp2_pp2"]), 64)
         est.feasible, est.train_peak_gb, est.kv_sequences, est.reason
     """
+    why = not_modelled(cfg)
+    if why is not None:
+        return _not_estimated(cfg, device_memory_gb, why)
     arch = cfg.model_arch
     train, actor, rl, gen = cfg.megatron_training, cfg.actor_config, cfg.rl_config, cfg.generate_config
     tp, pp = actor.tensor_model_parallel_size, actor.pipeline_model_parallel_size
     npus = rl.actor_resource.num_npus
     dp = max(1, npus // (tp * pp))
     itp = gen.infer_tensor_parallel_size
-    seq = rl.max_prompt_length + gen.sampling_config.max_tokens
+    seq = sequence_length(cfg)
     usable = device_memory_gb - RUNTIME_RESERVED_GB - WORKSPACE_GB
     notes: list[str] = []
 
@@ -185,13 +229,14 @@ def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
     weight_b, grad_b, optim_b = (2.0, 4.0, 12.0) if train.bf16 else (4.0, 4.0, 8.0)
     if train.use_distributed_optimizer:
         optim_b /= dp
-    first, last = stage_parameters(arch, tp, pp)
-    fullest = max(first, last)
+    # Layers per stage: num_layer_list, else an even split.
+    counts = stage_layers(cfg) or [math.ceil(arch.num_layers / pp)] * pp
+    params = stage_parameters(arch, tp, counts)
+    fullest, last = max(params), params[-1]
 
     # Activations of the update phase.
     sp = train.sequence_parallel and tp > 1
     mbs = actor.micro_batch_size
-    layers = math.ceil(arch.num_layers / pp)
     micro_batches = max(1, rl.mini_batch_size * rl.n_samples_per_prompt // dp // mbs)
     full_layer = layer_activation_bytes(
         arch,
@@ -206,20 +251,21 @@ def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
     )
     layer_input = 2 * mbs * seq * arch.hidden_size / (tp if sp else 1)
 
-    def stage_activations(in_flight: int) -> float:
-        return stage_activation_bytes(
-            layers, full_layer, layer_input, in_flight,
+    # 1F1B: stage i holds the activations of up to pp - i micro batches; the last stage also the logits.
+    acts = [
+        stage_activation_bytes(
+            n, full_layer, layer_input, min(pp - i, micro_batches),
             granularity=train.recompute_granularity, method=train.recompute_method,
             num_layers=train.recompute_num_layers,
-        )  # fmt: skip
-
-    act_first = stage_activations(min(pp, micro_batches))
-    act_last = stage_activations(1)
+        )
+        for i, n in enumerate(counts)
+    ]  # fmt: skip
     logits = mbs * seq * arch.padded_vocab_size / tp * LOGIT_BYTES_UPDATE
     state = weight_b + grad_b + optim_b
-    update_first = first * state + act_first + (logits if pp == 1 else 0.0)
-    update_last = last * state + act_last + logits
-    update_peak = max(update_first, update_last) / GIB
+    updates = [
+        p * state + a + (logits if i == pp - 1 else 0.0) for i, (p, a) in enumerate(zip(params, acts, strict=True))
+    ]
+    update_peak = max(updates) / GIB
 
     # Log-prob forward (actor and reference): weights only, one forward micro batch's logits, one layer live.
     forward_mbs = max(rl.actor_forward_micro_batch_size, rl.ref_forward_micro_batch_size)
@@ -238,7 +284,7 @@ def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
     # Generation: vLLM's share of the device plus training state left on it.
     total_params = model_parameters(arch)
     infer_weights = total_params * 2 / itp / GIB
-    head_dim = arch.hidden_size // arch.num_attention_heads
+    head_dim = _head_dim(arch)
     kv_heads = max(1, arch.effective_query_groups // itp)
     kv_bytes_per_token = 2 * arch.num_layers * kv_heads * head_dim * 2
     tokens_step = gen.max_num_batched_tokens
@@ -247,7 +293,12 @@ def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
         * 2
         * (
             2 * arch.hidden_size
-            + (3 * arch.ffn_hidden_size + arch.hidden_size + 2 * arch.effective_query_groups * head_dim) / itp
+            + (
+                3 * arch.ffn_hidden_size
+                + arch.num_attention_heads * head_dim
+                + 2 * arch.effective_query_groups * head_dim
+            )
+            / itp
         )
         + min(gen.max_num_seqs, tokens_step) * arch.padded_vocab_size * 4
     ) / GIB
@@ -271,7 +322,7 @@ def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
         problems.append(
             f"training needs {train_peak:.1f} GiB per NPU ({phase}: weights {fullest * weight_b / GIB:.1f} "
             f"+ grads {fullest * grad_b / GIB:.1f} + optimizer {fullest * optim_b / GIB:.1f} + activations "
-            f"{max(act_first, act_last) / GIB:.1f} + logits {logits / GIB:.1f}) > {usable:.1f} GiB usable"
+            f"{max(acts) / GIB:.1f} + logits {logits / GIB:.1f}) > {usable:.1f} GiB usable"
         )
     if generation_peak > usable:
         problems.append(
@@ -306,7 +357,7 @@ def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
         weights_gb=fullest * weight_b / GIB,
         grads_gb=fullest * grad_b / GIB,
         optimizer_gb=fullest * optim_b / GIB,
-        activations_gb=max(act_first, act_last) / GIB,
+        activations_gb=max(acts) / GIB,
         logits_gb=logits / GIB,
         update_peak_gb=update_peak,
         forward_peak_gb=forward_peak,

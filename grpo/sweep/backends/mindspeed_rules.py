@@ -43,16 +43,23 @@ def bf16_training_and_generation(cfg: GRPOConfig) -> str | None:
 
 
 def integrated_worker(cfg: GRPOConfig) -> str | None:
-    """``use_integrated_worker: true``: otherwise MindSpeed-RL needs ``ref_config``/``reward_config`` sections.
+    """``reference_resource`` set exactly when ``use_integrated_worker`` is false (``validate_rl_args``).
 
-    ``parse_training_config`` builds the reference and reward configs from those sections (and
-    ``validate_rl_args`` sizes them with ``reference_resource``), which a grpo-sweep config does not have.
+    Integrated, MindSpeed-RL raises when ``reference_resource`` is set (the reference shares the actor's
+    NPUs); separate workers, it divides by ``reference_resource.num_npus``, so a missing one crashes at
+    launch. The ``ref_config``/``reward_config`` sections themselves are a config rule
+    (``integrated_worker_sections``).
     """
-    if not cfg.rl_config.use_integrated_worker:
+    rl = cfg.rl_config
+    if not rl.use_integrated_worker and rl.reference_resource is None:
         return (
-            f"{cfg._source}: rl_config.use_integrated_worker: false needs ref_config, reward_config and "
-            f"rl_config.reference_resource (MindSpeed-RL's parse_training_config), which grpo-sweep does not "
-            f"render; use true (actor, reference and rollout share the NPUs)"
+            f"{cfg._source}: rl_config.reference_resource: use_integrated_worker false needs the reference "
+            f"worker's resources, e.g. {{num_npus: 8}} (validate_rl_args divides by its num_npus)"
+        )
+    if rl.use_integrated_worker and rl.reference_resource is not None:
+        return (
+            f"{cfg._source}: rl_config.reference_resource: must not be set when use_integrated_worker is true "
+            f"(the reference shares the actor's NPUs; validate_rl_args refuses it)"
         )
     return None
 
