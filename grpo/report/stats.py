@@ -6,7 +6,8 @@ value is their mean. ``mean_interval`` is a percentile bootstrap interval of tha
 by seed (the same seed gives both trials the same data order and sampling stream, so a paired test
 removes that shared noise) and runs a paired t-test on the differences (scipy's ``stats.ttest_rel``). A
 permutation test would assume less, but an exact two-sided sign-flip test cannot go below p = 2^(1-k):
-with the 3-5 seeds a GRPO study can afford it could never call a winner at 5 %. ``verdict`` applies it to a study's two best trials.
+with the 3-5 seeds a GRPO study can afford it could never call a winner at 5 %. ``verdict`` applies it
+to a study's two best trials.
 
 Pure functions of numbers and ``FrozenTrial`` attributes: the driver, ``status``, ``best`` and the report all
 read the same statistics from here.
