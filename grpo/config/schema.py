@@ -501,6 +501,16 @@ class EngineConfig(Section):
     keep_checkpoints: int | None = Field(
         None, ge=1, description="Newest checkpoints kept in actor_config.save (null = all); resuming needs the newest."
     )
+    wandb_mode: Literal["online", "offline"] | None = Field(
+        None,
+        description=(
+            "W&B mode when rl_config.use_wandb; null = MindSpeed-RL's rule (online when WANDB_API_KEY is set). "
+            "offline stays offline whatever the environment says."
+        ),
+    )
+    wandb_group: str | None = Field(
+        None, description="W&B run group (a sweep sets its study name, so a study's runs are grouped)."
+    )
 
 
 # ------------------------------------------------------------------------------------------- the whole

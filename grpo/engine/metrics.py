@@ -2,8 +2,11 @@
 
 ``metrics.jsonl`` gets one flushed JSON line per iteration. On resume, lines after the checkpoint's
 iteration (written by the killed run after its last checkpoint) are dropped first, so the file never
-holds an iteration twice. As in MindSpeed-RL, TensorBoard is skipped when wandb is on; wandb runs
-offline unless ``WANDB_API_KEY`` is set. The progress bar appears only when stdout is a terminal.
+holds an iteration twice. wandb runs in ``engine.wandb_mode`` (null: MindSpeed-RL's rule, online only
+when ``WANDB_API_KEY`` is set), in the run group ``engine.wandb_group``, with the whole config as its
+config and the run's end state in its summary. Unlike MindSpeed-RL, which skips TensorBoard when wandb is
+on, both are written when both are asked for (a sweep's TensorBoard view should not vanish because W&B
+is on). The progress bar appears only when stdout is a terminal.
 """
 
 from __future__ import annotations
@@ -60,15 +63,17 @@ class MetricsSink:
         if rl.use_wandb:
             import wandb
 
+            mode = cfg.engine.wandb_mode or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
             self.wandb = wandb.init(
                 project=rl.wandb_project or "grpo-sweep",
                 name=rl.wandb_exp_name or Path(run_dir).name,
+                group=cfg.engine.wandb_group,
                 dir=rl.wandb_save_dir or str(run_dir),
                 config=cfg.to_dict(),
-                mode="online" if os.environ.get("WANDB_API_KEY") else "offline",
-                reinit=True,
+                mode=mode,  # an explicit mode wins over WANDB_MODE and a key in the environment
+                reinit="create_new",
             )
-        elif rl.use_tensorboard:
+        if rl.use_tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tensorboard = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
@@ -113,14 +118,16 @@ class MetricsSink:
                 description=(f"reward {metrics['grpo/score/mean']:+.3f}  acc {metrics['grpo/acc/mean']:.2f}"),
             )
 
-    def close(self) -> None:
+    def close(self, state: str = "finished") -> None:
+        """``state``: how the run ended (finished, stopped, failed), kept in the W&B run's summary."""
         self.file.close()
         if self.progress is not None:
             self.progress.stop()
         if self.tensorboard is not None:
             self.tensorboard.close()
         if self.wandb is not None:
-            self.wandb.finish()
+            self.wandb.summary["state"] = state
+            self.wandb.finish(exit_code=1 if state == "failed" else 0)
 
 
 def _eval_text(metrics: dict[str, float]) -> str:

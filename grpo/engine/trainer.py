@@ -560,6 +560,7 @@ def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
     }
     truncate_jsonl_after(run.run_dir / SAMPLES_FILE, run.state.iteration)  # a resumed run redoes the rest
     sink = MetricsSink(run.run_dir, cfg, mt.train_iters, resume_from=run.state.iteration, log=run.log)
+    state = "failed"  # until the loop ends normally
     try:
         if every and run.state.iteration == 0:  # the base policy, as iteration 0 of the held-out curves
             base = run.evaluate(0)
@@ -571,6 +572,7 @@ def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
                     summary["stopped_early"] = True
                     summary["iterations"] = 0
                     summary["wall_s"] = time.perf_counter() - t0
+                    state = "stopped"
                     return summary
         while run.state.iteration < mt.train_iters:
             metrics = run.iteration()
@@ -585,8 +587,9 @@ def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
             if it % mt.save_interval == 0 or it == mt.train_iters:
                 folder = run.save()
                 summary["checkpoint"] = str(folder) if folder else None
+        state = "stopped" if summary["stopped_early"] else "finished"
     finally:
-        sink.close()
+        sink.close(state)
     summary["iterations"] = run.state.iteration
     summary["wall_s"] = time.perf_counter() - t0
     if "eval/acc" in summary["metrics"]:
