@@ -51,12 +51,13 @@ def integrated_worker(cfg: GRPOConfig) -> str | None:
     (``integrated_worker_sections``).
     """
     rl = cfg.rl_config
-    if not rl.use_integrated_worker and rl.reference_resource is None:
+    resource = getattr(rl, "reference_resource", None)  # a long-tail key: a field built from the manifest
+    if not rl.use_integrated_worker and resource is None:
         return (
             f"{cfg._source}: rl_config.reference_resource: use_integrated_worker false needs the reference "
             f"worker's resources, e.g. {{num_npus: 8}} (validate_rl_args divides by its num_npus)"
         )
-    if rl.use_integrated_worker and rl.reference_resource is not None:
+    if rl.use_integrated_worker and resource is not None:
         return (
             f"{cfg._source}: rl_config.reference_resource: must not be set when use_integrated_worker is true "
             f"(the reference shares the actor's NPUs; validate_rl_args refuses it)"
