@@ -6,12 +6,16 @@ import json
 
 import optuna
 import pytest
-from report_fixtures import ITERATIONS, make_study
+from report_fixtures import EVAL_METRICS, ITERATIONS, TRAIN_METRICS, make_study
 
 from grpo.report import Frames, collect
 from grpo.report.collect import METRIC_COLUMNS, metrics_frame
 
-N_METRICS = 9  # metrics per line in report_fixtures._curves
+# Metric values one seed writes (report_fixtures._curves): 14 training metrics per iteration 1..n, and 4
+# held-out ones at iteration 0 and every EVAL_EVERY (2) iterations and the last: 6 iterations -> 4
+# evaluations (0, 2, 4, 6), 3 iterations -> 3 (0, 2, 3).
+PER_SEED = {ITERATIONS: ITERATIONS * len(TRAIN_METRICS) + 4 * len(EVAL_METRICS),
+            3: 3 * len(TRAIN_METRICS) + 3 * len(EVAL_METRICS)}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,19 @@ def test_trials_frame_has_one_row_per_trial_with_the_report_columns(running_stud
     assert trials.at[6, "value"] != trials.at[6, "value"]  # NaN
     assert trials.at[6, "last_iteration"] == 3
     assert trials.at[1, "flags"] == "entropy_collapse"
-    assert trials.at[4, "flags"] == "format_without_accuracy, length_pinned"
+    assert trials.at[4, "flags"] == "length_pinned, format_without_accuracy"  # in diagnostics.RULES order
+    # The seed interval the driver recorded, the throughput the engine reported; no confirmation stage here.
+    assert json.loads(trials.at[0, "value_interval"]) == [[pytest.approx(0.65), pytest.approx(0.7)]]
+    assert json.loads(trials.at[5, "value_interval"]) == [None]  # one seed: no interval
+    assert trials.at[5, "throughput"] == pytest.approx(903.5)  # mean e2e_tps over iterations 1..6
+    assert trials["confirmation_of"].isna().all()
+
+
+def test_confirmation_trials_name_the_trial_they_confirm(tmp_path):
+    trials = collect(make_study(tmp_path, confirm=True)).trials.set_index("number")
+    confirming = trials["confirmation_of"].dropna().astype(int).to_dict()
+    assert confirming == {6: 5, 7: 0}  # the two best search trials, rerun on 3 fresh seeds
+    assert trials.at[6, "seeds"] == 3
 
 
 def test_metrics_frame_is_long_and_skips_the_half_written_line_and_missing_dirs(running_study):
@@ -56,12 +72,16 @@ def test_metrics_frame_is_long_and_skips_the_half_written_line_and_missing_dirs(
     assert list(metrics.columns) == METRIC_COLUMNS
     per_trial = metrics.groupby("trial").size().to_dict()
     # trial 0: 2 seeds x 6 iterations; 1, 4, 5: 6 iterations; 2 (pruned) and 6 (running): 3; 3 has no dir.
-    assert per_trial == {0: 2 * ITERATIONS * N_METRICS, 1: ITERATIONS * N_METRICS, 2: 3 * N_METRICS,
-                         4: ITERATIONS * N_METRICS, 5: ITERATIONS * N_METRICS, 6: 3 * N_METRICS}
+    full, short = PER_SEED[ITERATIONS], PER_SEED[3]
+    assert per_trial == {0: 2 * full, 1: full, 2: short, 4: full, 5: full, 6: short}
     assert sorted(metrics.loc[metrics.trial == 0, "seed"].unique()) == [1234, 1235]
     acc = metrics[(metrics.trial == 5) & (metrics.metric == "acc_rewards/mean")]
     assert list(acc["iteration"]) == list(range(1, ITERATIONS + 1))
     assert acc["value"].iloc[-1] == pytest.approx(0.9)
+    # Held-out evaluation: the base policy at iteration 0 (eval metrics only), then every 2 iterations.
+    held_out = metrics[(metrics.trial == 5) & (metrics.metric == "eval/acc_greedy")]
+    assert list(held_out["iteration"]) == [0, 2, 4, 6]
+    assert set(metrics.loc[(metrics.trial == 5) & (metrics.iteration == 0), "metric"]) == set(EVAL_METRICS)
 
 
 def test_per_seed_subfolders_and_duplicate_iterations(tmp_path):

@@ -12,8 +12,10 @@ from report_fixtures import PAYLOAD, make_study
 
 from grpo.report import write_report
 
-PLOT_SECTIONS = ("history0", "importances0", "parallel", "slice", "contour", "curves", "compute0")
-SECTIONS = ("summary", "best", "diagnostics", *PLOT_SECTIONS, "trials", "details")
+PLOT_SECTIONS = ("slice", "parallel", "history0", "curves", "cost0")
+NOTE_SECTIONS = ("importances0", "contour")  # 4 complete trials: too few for importances (and the contour)
+SECTIONS = ("summary", "decision", "why", "runs", "health", "samples", "cost", "reproduce", "trials", "details",
+            *PLOT_SECTIONS, *NOTE_SECTIONS)
 
 
 def drawn(page: str) -> set[str]:
@@ -36,6 +38,8 @@ def test_report_has_every_section_and_draws_every_plot(report):
         assert f'id="{section}"' in page, section
     assert drawn(page) == set(PLOT_SECTIONS)
     assert 'id="pareto"' not in page  # single objective
+    for section in NOTE_SECTIONS:
+        assert re.search(rf'<section id="{section}" class="panel"><h3>[^<]*</h3><p class="note">', page), section
     for number in range(6):
         assert f'id="trial-{number}"' in page
     # Header facts.
@@ -43,14 +47,18 @@ def test_report_has_every_section_and_draws_every_plot(report):
     assert "tpe (seed=0" in page and "median (warmup_steps=2" in page
     assert "4 complete" in page and "1 pruned" in page and "1 fail" in page
     assert "maximize acc_rewards/mean (reduce: last)" in page
-    # Best trial, its value and its config beside the report.
-    best = re.search(r'<section id="best">.*?</section>', page, re.S).group(0)
-    assert "Trial #5" in best and "acc_rewards/mean = 0.9" in best and 'href="best_config.yaml"' in best
+    # The winner, its value and its config beside the report (the per-trial checkpoint folder removed).
+    best = re.search(r'<section id="decision">.*?</section>', page, re.S).group(0)
+    assert re.search(r'Winner: <a href="#trial-5">#5</a>: acc_rewards/mean = <span class="interval">0.9 \(1 seed', best)
+    assert 'href="best_config.yaml"' in best
     config = yaml.safe_load((index.parent / "best_config.yaml").read_text())
-    assert config == study.trials[5].user_attrs["config"]
+    expected = study.trials[5].user_attrs["config"]
+    assert "save" in expected["actor_config"] and "save" not in config["actor_config"]
+    expected["actor_config"].pop("save")
+    assert config == expected
     # Diagnostics are flagged in the table and the curves.
     assert "entropy_collapse" in page and "kl_blowup" in page and "length_pinned" in page
-    assert "diagnostic flag" in page
+    assert "health flag" in page
     # plotly.js inlined exactly once (the page works offline), and the rest of the page is small beside it.
     bundle = get_plotlyjs()
     assert page.count(bundle) == 1 and page.count("plotly.js v") == 1
@@ -84,14 +92,22 @@ def test_user_strings_are_escaped_everywhere(report):
     assert any("alert(1)" in block for block in blocks)                          # ...and the value is there
     # The only <script> elements are ours: plotly, one Plotly.newPlot per figure, the table code.
     assert len(re.findall(r"<script[\s>]", page)) == 1 + len(PLOT_SECTIONS) + 1
+    assert "&lt;answer&gt;" in page and "&lt;think&gt;" in page                 # model output in the samples
 
 
 def test_multi_objective_study_gets_a_pareto_front(tmp_path):
-    study = make_study(tmp_path, name="mo", multi=True)
+    study = make_study(tmp_path, name="mo", multi=True, extra=8)  # 12 complete: enough for importances
     page = write_report(study, tmp_path / "out").read_text()
     assert 'id="pareto"' in page and "pareto" in drawn(page)
-    assert {"history0", "history1", "importances0", "importances1", "compute0", "compute1"} <= drawn(page)
+    assert {"history0", "history1", "importances0", "importances1", "cost0", "cost1"} <= drawn(page)
     assert "Pareto-optimal trial(s)" in page
+    # The chosen trade-off: marked in the front's plot and first in the decision, its row highlighted.
+    pareto = re.search(r'<section id="pareto".*?</section>', page, re.S).group(0)
+    assert "chosen trade-off: best trial #" in pareto
+    decision = re.search(r'<section id="decision">.*?</section>', page, re.S).group(0)
+    chosen = re.search(r"Chosen trade-off: <a href=\"#trial-(\d+)\">", decision).group(1)
+    assert f"chosen trade-off: best trial #{chosen}" in pareto
+    assert re.search(rf'<tr class="chosen"><td><a href="#trial-{chosen}">', decision)
     assert (tmp_path / "out" / "best_config.yaml").is_file()
 
 
@@ -115,7 +131,7 @@ def test_few_trials_give_notes_not_crashes_and_a_study_without_a_recorded_base_c
     trial.set_user_attr("config", {"rl_config": {"clip_ratio": 0.2}})
     study.tell(trial, 1.0)  # one completed trial and no parameter
     page = write_report(study, tmp_path / "one").read_text()
-    assert re.search(r'id="importances0".*?needs at least 2 completed trials \(1 so far\)', page, re.S)
+    assert re.search(r'id="importances0".*?the study has no parameters', page, re.S)
     assert re.search(r'id="contour".*?needs at least 2 completed trials', page, re.S)
     assert re.search(r'id="parallel".*?the study has no parameters', page, re.S)
     assert "history0" in drawn(page)
@@ -125,7 +141,7 @@ def test_few_trials_give_notes_not_crashes_and_a_study_without_a_recorded_base_c
 def test_the_best_trial_is_marked_in_every_plot_that_shows_trials(report):
     _, _, page = report
     marks = {"history0": "best trial #5", "parallel": "best trial #5", "slice": "best trial #5",
-             "contour": "best trial #5", "compute0": "best trial #5", "curves": "#5 COMPLETE (best)"}
+             "cost0": "best trial #5", "curves": "#5 complete (best)"}
     for section, mark in marks.items():
         body = re.search(rf'<section id="{section}".*?</section>', page, re.S).group(0)
         assert mark in body, section

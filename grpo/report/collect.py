@@ -32,7 +32,19 @@ from grpo.report.diagnostics import Flag, diagnose
 METRIC_COLUMNS = ["trial", "seed", "iteration", "metric", "value"]
 
 # The trial attrs copied into the trials frame as they are (strings or numbers).
-_PLAIN_ATTRS = ("wall_s", "cpu_s", "npu_s", "failure_reason", "pruned_reason", "node", "attempt", "retry_of")
+_PLAIN_ATTRS = (
+    "wall_s",
+    "cpu_s",
+    "npu_s",
+    "failure_reason",
+    "pruned_reason",
+    "node",
+    "attempt",
+    "retry_of",
+    "confirmation_of",
+)
+# The throughput metric the backends report (MindSpeed-RL: tokens per second per NPU).
+THROUGHPUT = "e2e_tps"
 
 
 @dataclass(frozen=True)
@@ -227,6 +239,9 @@ def trials_frame(
     """One row per trial: Optuna's trials dataframe (number, value(s), params_*, state, times) plus
 
     ``seeds`` (replicates), ``seed_values`` (JSON: per objective, the value of each seed),
+    ``value_interval`` (JSON: per objective, [low, high] over seeds or null), ``confirmation_of`` (the
+    search trial a confirmation trial re-ran with more seeds), ``throughput`` (mean ``e2e_tps`` over
+    iterations and seeds, where reported),
     ``seed_spread`` (std over seeds, one column per objective), ``duration_s`` (a running trial: so far),
     ``wall_s``, ``cpu_s``, ``npu_s``, ``compute_s`` (NPU-seconds where the trial held NPUs, else
     CPU-seconds, else wall seconds), ``last_iteration``, ``failure_reason``, ``pruned_reason``,
@@ -247,6 +262,8 @@ def trials_frame(
         optuna_frame[col] = pd.to_numeric(optuna_frame[col], errors="coerce").astype("float64")
 
     last_iteration = metrics.groupby("trial")["iteration"].max().to_dict() if len(metrics) else {}
+    tps = metrics[metrics["metric"] == THROUGHPUT] if len(metrics) else metrics
+    throughput = tps.groupby("trial")["value"].mean().to_dict() if len(tps) else {}
     now = dt.datetime.now()
     extras = pd.DataFrame(
         [
@@ -255,8 +272,10 @@ def trials_frame(
         ],
         columns=_EXTRA_COLUMNS + spread_columns(snap),
     )
+    extras["throughput"] = [throughput.get(t.number) for t in trials]
     frame = pd.concat([optuna_frame.reset_index(drop=True), extras.reset_index(drop=True)], axis=1)
-    for col in ("duration_s", "wall_s", "cpu_s", "npu_s", "compute_s", "last_iteration", *spread_columns(snap)):
+    numeric = ("duration_s", "wall_s", "cpu_s", "npu_s", "compute_s", "last_iteration", "throughput")
+    for col in (*numeric, *spread_columns(snap)):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
     frame["number"] = frame["number"].astype("int64")
     return frame
@@ -265,6 +284,8 @@ def trials_frame(
 _EXTRA_COLUMNS = [
     "seeds",
     "seed_values",
+    "value_interval",
+    "confirmation_of",
     "duration_s",
     "wall_s",
     "cpu_s",
@@ -298,6 +319,8 @@ def _extras(trial: FrozenTrial, study: StudySnapshot, now: dt.datetime, last_ite
     row = {
         "seeds": n_seeds,
         "seed_values": json.dumps(per_seed) if per_seed is not None else None,
+        "value_interval": json.dumps(attrs["value_interval"]) if attrs.get("value_interval") is not None else None,
+        "confirmation_of": _int_or_none(plain["confirmation_of"]),
         "duration_s": duration,
         "compute_s": compute_seconds(
             plain["npu_s"], plain["cpu_s"], plain["wall_s"] if plain["wall_s"] is not None else duration

@@ -1,6 +1,7 @@
-"""GRPO health flags per trial: four small rules over a trial's learning curves.
+"""GRPO health flags per trial: small rules over a trial's learning curves, each written once.
 
-Each rule reads the per-iteration metrics (the mean over seeds) of one trial and fires at most once:
+Each rule reads the per-iteration metrics (the mean over seeds) of one trial and fires at most once,
+at the iteration where it shows:
 
 - ``entropy_collapse``: ``actor/entropy`` averaged over the last ``k`` iterations is at most
   ``ENTROPY_COLLAPSE_RATIO`` (10 %) of its average over the first ``k``. The policy has stopped
@@ -8,20 +9,35 @@ Each rule reads the per-iteration metrics (the mean over seeds) of one trial and
 - ``kl_blowup``: ``actor/kl_loss`` is non-finite, or reaches ``KL_BLOWUP_NATS`` (1 nat per token), or
   ends at least ``KL_GROWTH`` (10x) above its first-``k`` average while being above ``KL_GROWTH_FLOOR``
   (0.2). The policy has run away from the reference model.
+- ``length_blowup``: ``response_length/mean`` over the last ``k`` iterations is at least
+  ``LENGTH_GROWTH`` (3x) its first-``k`` average: responses ramble (often the road to truncation).
+- ``length_pinned``: ``response_length/truncated`` (the share of responses that hit ``max_tokens``
+  without a stop token) averages at least ``TRUNCATED_SHARE`` (50 %) over the last ``k`` iterations, or,
+  where that metric is not reported, ``response_length/mean`` is at least ``LENGTH_PINNED_FRACTION``
+  (90 %) of ``max_tokens`` (the trial's ``config.generate_config.sampling_config.max_tokens``).
+- ``zero_variance_groups``: ``grpo/zero_variance_groups`` (the share of prompt groups whose samples all
+  got the same reward) averages at least ``ZERO_VARIANCE_SHARE`` (50 %) over the last ``k``
+  iterations: those groups have zero advantage, so most of the batch gives no gradient.
+- ``clip_saturation``: ``actor/pg_clipfrac`` averages at least ``CLIP_SATURATION`` (0.2) over the last
+  ``k`` iterations: much of each update is clipped away, the steps are too large for ``clip_ratio``.
+- ``reward_up_heldout_down``: held-out accuracy (``eval/acc_greedy``, else ``eval/acc``, over at least
+  ``MIN_ITERATIONS`` evaluations) ends at least ``HELDOUT_DROP`` (0.05, or twice its binomial standard
+  error on ``eval/prompts`` prompts, whichever is larger) below its peak, the peak lies before the last
+  window, and the training reward (``grpo/score/mean``) rose by at least ``REWARD_RISE`` (0.05) from
+  the first to the last window: reward hacking or overfitting.
 - ``format_without_accuracy``: the format reward (``strict_format_rewards/mean`` or another
   ``*format*_rewards/mean``) rises by at least ``FORMAT_RISE`` (0.2) from the first ``k`` to the last
-  ``k`` iterations while ``acc_rewards/mean`` rises by less than ``ACCURACY_FLAT`` (0.02): the policy
-  learned the answer format, not the task (reward hacking on the easy verifier).
-- ``length_pinned``: ``response_length/mean`` over the last ``k`` iterations is at least
-  ``LENGTH_PINNED_FRACTION`` (90 %) of ``max_tokens`` (the trial's
-  ``config.generate_config.sampling_config.max_tokens``): most responses are cut off by the cap.
+  ``k`` iterations while the training accuracy (``grpo/acc/mean``, a fraction; else the accuracy reward
+  ``acc_rewards/mean``) rises by less than ``ACCURACY_FLAT`` (0.02): the policy learned the answer
+  format, not the task (reward hacking on the easy verifier).
 
-``k`` is a third of the iterations, between 1 and 3. The trend rules (entropy, format) need at least
-``MIN_ITERATIONS`` (3) iterations; the others fire from the first iteration.
+``k`` is a third of a curve's points, between 1 and 3. The trend rules need at least ``MIN_ITERATIONS``
+(3) points; the others fire from the first iteration.
 
 Each rule is written once, in ``RULES``: a function from the curves' window statistics of *all* trials
-(``Curves``, computed at once with pandas) to the flags of the trials that break it. The same code
-answers for a whole study (``diagnose``) and for one trial's curves (``check_curves``).
+(``Curves``, computed at once with pandas) to the flags of the trials that break it, with a one-line
+``explanation`` (the test) and ``meaning`` (what it tells a person). The same code answers for a whole
+study (``diagnose``) and for one trial's curves (``check_curves``).
 
     from grpo.report.diagnostics import diagnose
     flags = diagnose(study, frames.metrics)   # {trial number: [Flag(name, detail, iteration, metric, value)]}
@@ -41,18 +57,43 @@ ENTROPY_COLLAPSE_RATIO = 0.1
 KL_BLOWUP_NATS = 1.0
 KL_GROWTH = 10.0
 KL_GROWTH_FLOOR = 0.2
+LENGTH_GROWTH = 3.0
+LENGTH_PINNED_FRACTION = 0.9
+TRUNCATED_SHARE = 0.5
+ZERO_VARIANCE_SHARE = 0.5
+CLIP_SATURATION = 0.2
+HELDOUT_DROP = 0.05
+REWARD_RISE = 0.05
 FORMAT_RISE = 0.2
 ACCURACY_FLAT = 0.02
-LENGTH_PINNED_FRACTION = 0.9
 MIN_ITERATIONS = 3
 
 # Metric names per role: MindSpeed-RL's first, then the spellings an older log may use.
 ENTROPY = ("actor/entropy", "grpo/entropy")
 KL = ("actor/kl_loss", "grpo/kl")
-ACCURACY = ("acc_rewards/mean", "grpo/acc/mean")
+REWARD = ("grpo/score/mean", "grpo/rewards/mean")
+# Training accuracy: the fraction correct first; the accuracy *reward* (+1/-0.5/-1) where that is all there is.
+ACCURACY = ("grpo/acc/mean", "acc_rewards/mean")
+HELD_OUT = ("eval/acc_greedy", "eval/acc")
+EVAL_PROMPTS = ("eval/prompts",)
 FORMAT = ("strict_format_rewards/mean", "format_rewards/mean")
 RESPONSE_LENGTH = ("response_length/mean",)
-ROLES = {"entropy": ENTROPY, "kl": KL, "acc": ACCURACY, "format": FORMAT, "length": RESPONSE_LENGTH}
+TRUNCATED = ("response_length/truncated",)
+ZERO_VARIANCE = ("grpo/zero_variance_groups",)
+CLIP_FRACTION = ("actor/pg_clipfrac",)
+ROLES = {
+    "entropy": ENTROPY,
+    "kl": KL,
+    "reward": REWARD,
+    "acc": ACCURACY,
+    "held_out": HELD_OUT,
+    "prompts": EVAL_PROMPTS,
+    "format": FORMAT,
+    "length": RESPONSE_LENGTH,
+    "truncated": TRUNCATED,
+    "zero_var": ZERO_VARIANCE,
+    "clip": CLIP_FRACTION,
+}
 
 
 @dataclass(frozen=True)
@@ -120,8 +161,9 @@ Check = Callable[[Mapping[str, Curves], Mapping[int, int | None]], dict[int, Fla
 @dataclass(frozen=True)
 class Rule:
     name: str
-    explanation: str  # one line, for the report's list of rules
+    explanation: str  # one line: the test, with its thresholds
     check: Check
+    meaning: str = ""  # one line: what it tells a person tuning GRPO
 
 
 def _entropy_collapse(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
@@ -167,6 +209,133 @@ def _kl_blowup(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> 
     return out
 
 
+def _length_blowup(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
+    c = curves.get("length")
+    if c is None:
+        return {}
+    s = c.stats
+    fired = s[(s["n"] >= MIN_ITERATIONS) & (s["start"] > 0) & (s["end"] >= LENGTH_GROWTH * s["start"])]
+    if fired.empty:
+        return {}
+    at = c.first_where(c.values.to_numpy(dtype=float) >= LENGTH_GROWTH * c.per_point(fired["start"]))
+    return {
+        int(t): Flag(
+            "length_blowup",
+            f"{c.name} grew from {r.start:.3g} to {r.end:.3g} tokens ({r.end / r.start:.1f}x)",
+            int(at.at[t, "iteration"]),
+            c.name,
+            float(at.at[t, "value"]),
+        )
+        for t, r in fired.iterrows()
+    }
+
+
+def _length_pinned(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
+    out: dict[int, Flag] = {}
+    c = curves.get("length")
+    if c is not None:
+        s = c.stats
+        cap = pd.Series({n: v for n, v in caps.items() if v}, dtype="float64").reindex(s.index)
+        fired = s[s["end"] >= LENGTH_PINNED_FRACTION * cap]  # no cap: NaN, never fires
+        for t, r in fired.iterrows():
+            out[int(t)] = Flag(
+                "length_pinned",
+                f"{c.name} averages {r.end:.0f} of max_tokens {int(cap[t])} over the last {int(r.k)} iteration(s)",
+                int(r.tail_iteration),
+                c.name,
+                float(r.tail_value),
+            )
+    share = curves.get("truncated")
+    if share is not None:  # the direct measurement: it replaces the estimate from the mean length
+        s = share.stats
+        for t, r in s[s["end"] >= TRUNCATED_SHARE].iterrows():
+            out[int(t)] = Flag(
+                "length_pinned",
+                f"{r.end:.0%} of responses hit max_tokens without a stop token over the last {int(r.k)} iteration(s)",
+                int(r.tail_iteration),
+                share.name,
+                float(r.tail_value),
+            )
+    return out
+
+
+def _share_above(
+    role: str, name: str, threshold: float, text: Callable[[Curves, pd.Series], str]
+) -> Callable[[Mapping[str, Curves], Mapping[int, int | None]], dict[int, Flag]]:
+    """A rule that fires when a share's last-window mean reaches ``threshold``, at the first point that did."""
+
+    def check(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
+        c = curves.get(role)
+        if c is None:
+            return {}
+        s = c.stats
+        fired = s[s["end"] >= threshold]
+        if fired.empty:
+            return {}
+        at = c.first_where((c.values.to_numpy(dtype=float) >= threshold) & np.isin(c.trials, fired.index))
+        return {
+            int(t): Flag(name, text(c, r), int(at.at[t, "iteration"]), c.name, float(at.at[t, "value"]))
+            for t, r in fired.iterrows()
+        }
+
+    return check
+
+
+_zero_variance_groups = _share_above(
+    "zero_var",
+    "zero_variance_groups",
+    ZERO_VARIANCE_SHARE,
+    lambda c, r: (
+        f"{r.end:.0%} of prompt groups got one reward for all their samples over the last {int(r.k)} iteration(s)"
+    ),
+)
+_clip_saturation = _share_above(
+    "clip",
+    "clip_saturation",
+    CLIP_SATURATION,
+    lambda c, r: f"{c.name} averages {r.end:.2f} over the last {int(r.k)} iteration(s)",
+)
+
+
+def _reward_up_heldout_down(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
+    held, reward = curves.get("held_out"), curves.get("reward")
+    if held is None or reward is None:
+        return {}
+    by_trial = held.values.groupby(level=0, sort=False)
+    peak = by_trial.max()
+    peak_at = pd.Series([i for _, i in by_trial.idxmax()], index=peak.index)
+    prompts = curves["prompts"].stats["last_value"] if "prompts" in curves else pd.Series(dtype="float64")
+    p = peak.clip(0.0, 1.0)  # an accuracy; clipped so a stray value outside [0, 1] cannot take a root of < 0
+    noise = 2 * np.sqrt(p * (1 - p) / prompts.reindex(peak.index))  # binomial standard error, twice
+    drop_needed = np.fmax(noise.to_numpy(dtype=float), HELDOUT_DROP)  # fmax: no prompt count -> HELDOUT_DROP
+    h = held.stats.assign(peak=peak, peak_at=peak_at, needed=pd.Series(drop_needed, index=peak.index))
+    both = h.join(reward.stats[["n", "start", "end"]].add_suffix("_reward"), how="inner")
+    rise = both["end_reward"] - both["start_reward"]
+    fired = both[
+        (both["n"] >= MIN_ITERATIONS)
+        & (both["n_reward"] >= MIN_ITERATIONS)
+        & (both["peak_at"] < both["tail_iteration"])
+        & (both["peak"] - both["end"] >= both["needed"])
+        & (rise >= REWARD_RISE)
+    ]
+    if fired.empty:
+        return {}
+    y = held.values.to_numpy(dtype=float)
+    after_peak = held.iterations > held.per_point(fired["peak_at"])  # NaN (not fired) compares False
+    at = held.first_where(after_peak & (y <= held.per_point(fired["peak"] - fired["needed"])))
+    return {
+        int(t): Flag(
+            "reward_up_heldout_down",
+            f"{reward.name} rose by {rise[t]:+.3g} while {held.name} fell from {r.peak:.3g} "
+            f"(iteration {int(r.peak_at)}) to {r.end:.3g}",
+            int(at.at[t, "iteration"]),
+            held.name,
+            float(at.at[t, "value"]),
+        )
+        for t, r in fired.iterrows()
+    }
+
+
 def _format_without_accuracy(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
     fmt, acc = curves.get("format"), curves.get("acc")
     if fmt is None or acc is None:
@@ -187,46 +356,58 @@ def _format_without_accuracy(curves: Mapping[str, Curves], caps: Mapping[int, in
     }
 
 
-def _length_pinned(curves: Mapping[str, Curves], caps: Mapping[int, int | None]) -> dict[int, Flag]:
-    c = curves.get("length")
-    if c is None:
-        return {}
-    s = c.stats
-    cap = pd.Series({n: v for n, v in caps.items() if v}, dtype="float64").reindex(s.index)
-    fired = s[s["end"] >= LENGTH_PINNED_FRACTION * cap]  # no cap: NaN, never fires
-    return {
-        int(t): Flag(
-            "length_pinned",
-            f"{c.name} averages {r.end:.0f} of max_tokens {int(cap[t])} over the last {int(r.k)} iteration(s)",
-            int(r.tail_iteration),
-            c.name,
-            float(r.tail_value),
-        )
-        for t, r in fired.iterrows()
-    }
-
-
 RULES: tuple[Rule, ...] = (
     Rule(
         "entropy_collapse",
         f"actor/entropy falls to <= {ENTROPY_COLLAPSE_RATIO:.0%} of its starting value",
         _entropy_collapse,
+        "the policy stopped exploring: every sample of a prompt is the same, so its group advantage is 0",
     ),
     Rule(
         "kl_blowup",
         f"actor/kl_loss is non-finite, reaches {KL_BLOWUP_NATS:g}, or ends >= {KL_GROWTH:g}x its start "
         f"while above {KL_GROWTH_FLOOR:g}",
         _kl_blowup,
+        "the policy ran away from the reference model: raise init_kl_coef or lower the learning rate",
     ),
     Rule(
-        "format_without_accuracy",
-        f"format reward rises by >= {FORMAT_RISE:g} while acc_rewards/mean rises by < {ACCURACY_FLAT:g}",
-        _format_without_accuracy,
+        "length_blowup",
+        f"response_length/mean ends >= {LENGTH_GROWTH:g}x its starting value",
+        _length_blowup,
+        "responses grow without bound: longer answers are being rewarded, or the policy lost its stop token",
     ),
     Rule(
         "length_pinned",
-        f"response_length/mean stays >= {LENGTH_PINNED_FRACTION:.0%} of max_tokens",
+        f"response_length/truncated stays >= {TRUNCATED_SHARE:.0%} (or, without it, response_length/mean "
+        f">= {LENGTH_PINNED_FRACTION:.0%} of max_tokens)",
         _length_pinned,
+        "most responses are cut off by max_tokens: they cannot be scored as answers; raise max_tokens",
+    ),
+    Rule(
+        "zero_variance_groups",
+        f"grpo/zero_variance_groups stays >= {ZERO_VARIANCE_SHARE:.0%}",
+        _zero_variance_groups,
+        "most prompt groups are all-right or all-wrong, so they give no gradient: the task is too easy or "
+        "too hard for the policy, or n_samples_per_prompt is too small",
+    ),
+    Rule(
+        "clip_saturation",
+        f"actor/pg_clipfrac stays >= {CLIP_SATURATION:g}",
+        _clip_saturation,
+        "much of each update is clipped away: steps are too large for clip_ratio (lower the learning rate)",
+    ),
+    Rule(
+        "reward_up_heldout_down",
+        f"held-out accuracy ends >= {HELDOUT_DROP:g} (or 2 standard errors) below its peak while the training "
+        f"reward rises by >= {REWARD_RISE:g}",
+        _reward_up_heldout_down,
+        "the policy is getting better at the training reward and worse at the task: reward hacking or overfitting",
+    ),
+    Rule(
+        "format_without_accuracy",
+        f"format reward rises by >= {FORMAT_RISE:g} while training accuracy rises by < {ACCURACY_FLAT:g}",
+        _format_without_accuracy,
+        "the policy learned the answer format, not the task: reward hacking on the easy verifier",
     ),
 )
 

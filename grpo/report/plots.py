@@ -1,30 +1,27 @@
-"""The report's figures (plotly): Optuna's own plots where Optuna has one, plus learning curves and compute.
+"""The report's figures, as ``Panel`` values in page order, each a figure or a note saying why there is none.
 
-``panels(study, frames)`` returns the report's plots in order, each a ``Panel`` holding a figure or, when
-the plot cannot be drawn yet (too few completed trials, no parameter), a note saying why.
+Three groups, one function each:
 
-Big studies stay fast and small because every plot has a budget:
+- ``why_panels``: why these settings win. The Pareto front (several objectives), parameter importances
+  with their bootstrap spread (``grpo.report.importance``; a note below ``importance.MIN_TRIALS``
+  complete trials), slice plots (``grpo.report.slices``), the contour of the two most important
+  parameters (only when importances are drawn: it rests on them), parallel coordinates and the
+  optimisation history (Optuna's plots).
+- ``curves_panel``: what happened in the runs (``grpo.report.curves``).
+- ``cost_panels``: what quality cost (``grpo.report.cost``).
 
-- Optuna's plots read a ``StudySnapshot`` (the trials read once), never the storage.
-- Slice and Pareto plots draw at most ``MAX_PLOT_TRIALS`` completed trials, parallel coordinates at
-  most ``MAX_PARALLEL_TRIALS`` (one SVG line each), the contour at most ``MAX_CONTOUR_TRIALS`` (its
-  figure grows with the square of the trials): the best half of the budget plus an even spread of the
-  rest. The optimisation history draws every trial.
-- Parameter importances use Optuna's default fANOVA up to ``FANOVA_MAX_TRIALS`` completed trials (its
-  random forest grows faster than linearly) and Optuna's PED-ANOVA evaluator beyond.
-- Learning curves draw at most ``MAX_CURVE_TRIALS`` trials (every trial of a smaller study), each curve
-  thinned to ``MAX_CURVE_POINTS`` points.
-- The report's own figures (learning curves, compute) are plotly figure JSON: the layout from
-  ``make_subplots``, the traces appended as plain dicts (thousands of validated graph objects would
-  cost more than the rest of the report).
+Every plot that shows trials marks the report's best trial (``grpo.report.decision``): a red star
+(``_figure.BEST_MARKER``), the red line in parallel coordinates, the black, wider curve.
 
-Every plot that shows trials marks the best trial (``grpo.report.best.best_trial``) the same way: a
-red star (``BEST_MARKER``), or a black, thicker line for curves.
+Big studies stay fast and small because every plot has a budget: Optuna's plots read a
+``StudySnapshot`` (the trials read once), never the storage; slice and Pareto plots draw at most
+``MAX_PLOT_TRIALS`` completed trials, parallel coordinates at most ``MAX_PARALLEL_TRIALS`` (one SVG line
+each), the contour at most ``MAX_CONTOUR_TRIALS`` (its figure grows with the square of the trials): the
+best half of the budget plus an even spread of the rest. The optimisation history draws every trial.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import logging
 import math
@@ -36,43 +33,23 @@ import numpy as np
 import optuna
 import plotly.graph_objects as go
 from optuna import visualization as ov
-from optuna.importance import BaseImportanceEvaluator, FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
-from plotly.subplots import make_subplots
 
-from grpo.report import diagnostics
+from grpo.report import importance
+from grpo.report._figure import BEST_MARKER, MARGIN, best_star, marker_trace
 from grpo.report._snapshot import StudySnapshot, snapshot
-from grpo.report.best import best_trial, ranked, sign
+from grpo.report.best import ranked
 from grpo.report.collect import Frames, Objective, study_objectives
+from grpo.report.cost import cost_figure
+from grpo.report.curves import learning_curves
+from grpo.report.decision import Decision
+from grpo.report.slices import slice_figure
 
 log = logging.getLogger(__name__)
 
 MAX_PLOT_TRIALS = 1000
 MAX_PARALLEL_TRIALS = 300  # Optuna draws one SVG line (trace) per trial
 MAX_CONTOUR_TRIALS = 300
-FANOVA_MAX_TRIALS = 100
-MAX_CURVE_TRIALS = 100
-MAX_CURVE_POINTS = 150
-
-# Learning-curve rows after the objective(s): (title, candidate metric names).
-CURVE_METRICS = (
-    ("reward", ("grpo/score/mean", "grpo/rewards/mean")),
-    ("accuracy", diagnostics.ACCURACY),
-    ("format reward", diagnostics.FORMAT),
-    ("KL", diagnostics.KL),
-    ("entropy", diagnostics.ENTROPY),
-    ("response length", diagnostics.RESPONSE_LENGTH),
-)
-
-BEST_MARKER = {"symbol": "star", "size": 16, "color": "#d62728", "line": {"color": "#000000", "width": 1}}
-BEST_LINE_COLOR, BEST_LINE_WIDTH = "#000000", 2.2  # the best trial's curve: black, 2.2x as wide
-
-STATE_STYLE: dict[str, dict[str, Any]] = {  # how a trial's curve looks: pruned and failed ones must stand out
-    "COMPLETE": {"dash": "solid", "color": None, "width": 1.6},
-    "RUNNING": {"dash": "dashdot", "color": None, "width": 1.4},
-    "PRUNED": {"dash": "dash", "color": "#9a9a9a", "width": 1.2},
-    "FAIL": {"dash": "dot", "color": "#d62728", "width": 1.2},
-}
 
 
 @dataclass
@@ -84,18 +61,91 @@ class Panel:
     figure: go.Figure | dict[str, Any] | None = None  # a plotly figure or plotly figure JSON
     note: str | None = None
     caption: str | None = None
+    height: int = 450
 
 
-def panels(study: optuna.Study, frames: Frames) -> list[Panel]:
-    """Every plot of the report, in report order (Pareto only for multi-objective studies)."""
+def why_panels(study: optuna.Study, frames: Frames, decision: Decision) -> list[Panel]:
     snap = snapshot(study)
     goals = study_objectives(snap)
-    complete = snap.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    complete = [t for t in snap.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values]
     params = sorted({p for t in complete for p in t.params})
     multi = len(goals) > 1
-    best = best_trial(snap)
+    best = decision.best
     out: list[Panel] = []
+    if multi:
+        out.append(_pareto(snap, complete, goals, best))
 
+    top2: list[str] = []
+    for i, goal in enumerate(goals):
+        suffix = f" ({goal.metric})" if multi else ""
+        target, _ = _target(i, goal, multi)
+        title = f"Parameter importances{suffix}"
+        if not params:
+            out.append(Panel(f"importances{i}", title, note="the study has no parameters"))
+            continue
+        result = importance.importances(snap, complete, target)
+        if isinstance(result, str):
+            out.append(Panel(f"importances{i}", title, note=result))
+            continue
+        if i == 0:
+            top2 = result.top(2)
+        out.append(
+            _guard(
+                f"importances{i}",
+                title,
+                None,
+                functools.partial(importance.figure, result),
+                caption=result.caption(),
+            )
+        )
+
+    target, name = _target(0, goals[0], multi)
+    first = f" ({goals[0].metric})" if multi else ""  # several objectives: these plots show the first
+    sample = sample_trials(snap, MAX_PLOT_TRIALS)
+    out.append(
+        _guard(
+            "slice",
+            f"Slice plots{first}",
+            _need(complete, 1, params),
+            lambda: slice_figure(sample, params, 0, name, best, decision.runner_up),
+            caption=_joined(
+                "Each point is a completed trial, coloured by trial number; a whisker spans its seeds when it ran "
+                "several. The red star is the best trial, the orange diamond the runner-up.",
+                _sample_note(len(sample), len(complete)),
+            ),
+        )
+    )
+    contour_sample = snap.subset(sample_trials(snap, MAX_CONTOUR_TRIALS))
+    contour_why = (
+        _need(complete, 2, params)
+        or (None if len(params) >= 2 else "needs at least 2 parameters")
+        or (None if len(top2) == 2 else "drawn once parameter importances are (it shows the two most important)")
+    )
+    out.append(
+        _guard(
+            "contour",
+            "Contour of the two most important parameters"
+            + (f": {top2[0]} x {top2[1]}" if len(top2) == 2 else "")
+            + first,
+            contour_why,
+            lambda: _star_contour(ov.plot_contour(contour_sample, params=top2, target=target, target_name=name), best),
+            caption=_joined(
+                "The star is the best trial.", _sample_note(len(contour_sample.get_trials()), len(complete))
+            ),
+        )
+    )
+    parallel = snap.subset(sample_trials(snap, MAX_PARALLEL_TRIALS))
+    out.append(
+        _guard(
+            "parallel",
+            f"Parallel coordinates{first}",
+            _need(complete, 1, params),
+            lambda: _best_line_on_top(
+                ov.plot_parallel_coordinate(parallel, target=target, target_name=name), parallel, best, target
+            ),
+            caption=_joined("The red line is the best trial.", _sample_note(len(parallel.get_trials()), len(complete))),
+        )
+    )
     for i, goal in enumerate(goals):
         suffix = f" ({goal.metric})" if multi else ""
         target, name = _target(i, goal, multi)
@@ -110,83 +160,34 @@ def panels(study: optuna.Study, frames: Frames) -> list[Panel]:
                 caption="Every finished trial's value and the best value so far; the star is the best trial.",
             )
         )
-    importances: dict[str, float] = {}
-    for i, goal in enumerate(goals):
-        suffix = f" ({goal.metric})" if multi else ""
-        target, name = _target(i, goal, multi)
-        panel, result = _importances(snap, complete, params, target, name, f"importances{i}", suffix)
-        out.append(panel)
-        if i == 0:
-            importances = result
-
-    sample = snap.subset(sample_trials(snap, MAX_PLOT_TRIALS))
-    note = _sample_note(len(sample.get_trials()), len(complete))
-    target, name = _target(0, goals[0], multi)
-    first = f" ({goals[0].metric})" if multi else ""  # several objectives: these plots show the first
-    parallel = snap.subset(sample_trials(snap, MAX_PARALLEL_TRIALS))
-    out.append(
-        _guard(
-            "parallel",
-            f"Parallel coordinates{first}",
-            _need(complete, 1, params),
-            lambda: _best_line_on_top(
-                ov.plot_parallel_coordinate(parallel, target=target, target_name=name), parallel, best, target
-            ),
-            caption=_joined("The red line is the best trial.", _sample_note(len(parallel.get_trials()), len(complete))),
-        )
-    )
-    out.append(
-        _guard(
-            "slice",
-            f"Slice plots{first}",
-            _need(complete, 1, params),
-            lambda: _star_slices(ov.plot_slice(sample, target=target, target_name=name), best),
-            caption=_joined("The star is the best trial.", note),
-        )
-    )
-
-    top2 = [p for p in sorted(importances, key=lambda p: importances[p], reverse=True)][:2]
-    if len(top2) < 2:
-        top2 = params[:2]
-    contour_sample = snap.subset(sample_trials(snap, MAX_CONTOUR_TRIALS))
-    contour_why = _need(complete, 2, params) or (None if len(params) >= 2 else "needs at least 2 parameters")
-    out.append(
-        _guard(
-            "contour",
-            "Contour of the two most important parameters"
-            + (f": {top2[0]} x {top2[1]}" if len(top2) == 2 else "")
-            + first,
-            contour_why,
-            lambda: _star_contour(ov.plot_contour(contour_sample, params=top2, target=target, target_name=name), best),
-            caption=_joined(
-                "The star is the best trial.", _sample_note(len(contour_sample.get_trials()), len(complete))
-            ),
-        )
-    )
-    if multi:
-        out.append(_pareto(snap, complete, goals, best))
-    out.append(
-        _guard(
-            "curves",
-            "Learning curves",
-            None if len(frames.metrics) or _any_intermediate(snap) else "no trial has reported a metric yet",
-            lambda: learning_curves(snap, frames),
-        )
-    )
-    for i, goal in enumerate(goals):
-        suffix = f" ({goal.metric})" if multi else ""
-        out.append(
-            _guard(
-                f"compute{i}",
-                f"Objective against compute{suffix}",
-                None if len(frames.trials) else "no trials yet",
-                functools.partial(objective_vs_compute, snap, frames, i),
-                caption="Left: each trial's value against the device-seconds it used (pruned trials at "
-                "their last reported value; the star is the best trial). Right: the best value so far "
-                "against the study's cumulative compute.",
-            )
-        )
     return out
+
+
+def curves_panel(study: optuna.Study, frames: Frames, decision: Decision) -> Panel:
+    snap = snapshot(study)
+    why = None if len(frames.metrics) or _any_intermediate(snap) else "no trial has reported a metric yet"
+    panel = _guard("curves", "Learning curves", why, lambda: learning_curves(snap, frames, decision.best))
+    if isinstance(panel.figure, dict):
+        panel.height = int(panel.figure["layout"].get("height", 450))
+    return panel
+
+
+def cost_panels(study: optuna.Study, frames: Frames, decision: Decision) -> list[Panel]:
+    snap = snapshot(study)
+    goals = study_objectives(snap)
+    multi = len(goals) > 1
+    return [
+        _guard(
+            f"cost{i}",
+            "Quality against cost" + (f" ({goal.metric})" if multi else ""),
+            None if len(frames.trials) else "no trials yet",
+            functools.partial(cost_figure, snap, frames, decision.best, i),
+            caption="Left: each trial's value against the device-seconds it used (pruned trials at their last "
+            "reported value); the green steps are the cost front, the trials no cheaper trial beats. Right: the "
+            "best value so far against the study's cumulative device-seconds.",
+        )
+        for i, goal in enumerate(goals)
+    ]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -228,12 +229,11 @@ def _guard(
     except Exception as err:
         log.warning("report: could not draw %s: %s", title, err)
         return Panel(id, title, note=f"could not draw this plot: {type(err).__name__}: {err}")
-    margin = {"t": 30, "l": 60, "r": 20, "b": 50}
     if isinstance(figure, dict):
         figure["layout"].pop("title", None)
-        figure["layout"]["margin"] = margin
+        figure["layout"].setdefault("margin", dict(MARGIN))
     else:
-        figure.update_layout(title=None, margin=margin)
+        figure.update_layout(title=None, margin=MARGIN)
     return Panel(id, title, figure=figure, caption=caption)
 
 
@@ -260,54 +260,6 @@ def sample_trials(study: optuna.Study, cap: int) -> list[FrozenTrial]:
     return sorted(chosen, key=lambda t: t.number)
 
 
-class _Remembering(BaseImportanceEvaluator):
-    """Wraps an Optuna importance evaluator and keeps its result (to pick the contour's parameters)."""
-
-    def __init__(self, inner: BaseImportanceEvaluator):
-        self.inner = inner
-        self.result: dict[str, float] = {}
-
-    def evaluate(
-        self,
-        study: optuna.Study,
-        params: list[str] | None = None,
-        *,
-        target: Callable[[FrozenTrial], float] | None = None,
-    ) -> dict[str, float]:
-        self.result = dict(self.inner.evaluate(study, params=params, target=target))
-        return self.result
-
-
-def _importances(
-    snap: StudySnapshot,
-    complete: Sequence[FrozenTrial],
-    params: Sequence[str],
-    target: Callable[[FrozenTrial], float] | None,
-    name: str,
-    id: str,
-    suffix: str,
-) -> tuple[Panel, dict[str, float]]:
-    title = f"Parameter importances{suffix}"
-    why = _need(complete, 2, params)
-    if why:
-        return Panel(id, title, note=why), {}
-    if len(complete) <= FANOVA_MAX_TRIALS:
-        evaluator, which = _Remembering(FanovaImportanceEvaluator(seed=0)), "fANOVA (Optuna's default)"
-    else:
-        evaluator, which = (
-            _Remembering(PedAnovaImportanceEvaluator()),
-            "PED-ANOVA (fANOVA is too slow for this many trials)",
-        )
-    panel = _guard(
-        id,
-        title,
-        None,
-        lambda: ov.plot_param_importances(snap, evaluator=evaluator, target=target, target_name=name),
-        caption=f"Importance by {which}, over {len(complete)} completed trials.",
-    )
-    return panel, evaluator.result
-
-
 def _pareto(
     snap: StudySnapshot, complete: Sequence[FrozenTrial], goals: Sequence[Objective], best: FrozenTrial | None
 ) -> Panel:
@@ -329,8 +281,8 @@ def _pareto(
         "Pareto front",
         _need(complete, 1, None),
         lambda: _star_pareto(ov.plot_pareto_front(sub, target_names=names), best),
-        caption=f"{len(front)} Pareto-optimal trial(s); the star is the one best on the first objective. "
-        + (_sample_note(len(chosen), len(complete)) or ""),
+        caption=f"{len(front)} Pareto-optimal trial(s); the red star is the chosen trade-off (the front's best on "
+        f"{names[0]}). " + (_sample_note(len(chosen), len(complete)) or ""),
     )
 
 
@@ -338,301 +290,10 @@ def _any_intermediate(snap: StudySnapshot) -> bool:
     return any(t.intermediate_values for t in snap.get_trials(deepcopy=False))
 
 
-# ---------------------------------------------------------------------------------- learning curves
-def curve_trials(snap: StudySnapshot, cap: int = MAX_CURVE_TRIALS) -> list[FrozenTrial]:
-    """Trials whose curves are drawn: all of them up to ``cap``; beyond, the best completed (60 %), the
-    running ones, then an even spread of pruned and failed trials."""
-    trials = [t for t in snap.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
-    if len(trials) <= cap:
-        return trials
-    best = ranked(snap)[: int(cap * 0.6)]
-    running = [t for t in trials if t.state == TrialState.RUNNING][: cap // 10]
-    others = [t for t in trials if t.state in (TrialState.PRUNED, TrialState.FAIL)]
-    room = cap - len(best) - len(running)
-    if others and room > 0:
-        picks = sorted(set(np.linspace(0, len(others) - 1, room).round().astype(int).tolist()))
-        others = [others[i] for i in picks]
-    else:
-        others = []
-    return sorted([*best, *running, *others], key=lambda t: t.number)
-
-
-def _thin(x: np.ndarray, y: np.ndarray, cap: int = MAX_CURVE_POINTS) -> tuple[list[float], list[float | None]]:
-    """At most ``cap`` evenly spaced points of a curve, always keeping the first and the last."""
-    if len(x) > cap:
-        keep = np.unique(np.linspace(0, len(x) - 1, cap).round().astype(int))
-        x, y = x[keep], y[keep]
-    return x.tolist(), [None if not np.isfinite(v) else float(v) for v in y]
-
-
-def _grid(n: int, titles: list[str], height: int) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Layout JSON of ``n`` subplots in two columns (``make_subplots``) and each cell's (xaxis, yaxis) refs."""
-    cols = 2 if n > 1 else 1
-    rows = max(1, -(-n // cols))
-    specs: list[list[dict[str, Any] | None]] = [
-        [{} if r * cols + c < n else None for c in range(cols)] for r in range(rows)
-    ]
-    fig = make_subplots(
-        rows=rows,
-        cols=cols,
-        specs=specs,
-        subplot_titles=titles,
-        horizontal_spacing=0.08,
-        vertical_spacing=min(0.1, 0.3 / rows),
-    )
-    layout = fig.layout.to_plotly_json()
-    layout.pop("template", None)  # plotly.js's defaults: the same look, 10 kB less per figure
-    layout.update(height=max(height, 290 * rows), hovermode="closest")
-    refs = []
-    for k in range(n):
-        cell = fig.get_subplot(k // cols + 1, k % cols + 1)
-        refs.append((cell.xaxis.plotly_name.replace("axis", ""), cell.yaxis.plotly_name.replace("axis", "")))
-    return layout, refs
-
-
-def _axis_title(layout: dict[str, Any], ref: str, text: str) -> None:
-    key = ref[0] + "axis" + ref[1:]
-    layout.setdefault(key, {})["title"] = {"text": text}
-
-
-def learning_curves(study: optuna.Study, frames: Frames) -> dict[str, Any]:
-    """One subplot per curve (the objective(s), reward, accuracy, format reward, KL, entropy, response
-    length; those no trial reported are left out), one line per trial (mean over seeds).
-
-    The objective row of a single-objective study shows the value reported to Optuna per iteration
-    (what the pruner judged); pruned trials are grey and dashed, failed ones red and dotted, and a
-    red x marks where a diagnostic fired; the best trial is black and thicker. Returns plotly figure JSON.
-    """
-    snap = snapshot(study)
-    goals = study_objectives(snap)
-    multi = len(goals) > 1
-    shown = curve_trials(snap)
-    numbers = {t.number for t in shown}
-    m = frames.metrics
-    m = m[m["trial"].isin(numbers)]
-    present = set(m["metric"].unique())
-    rows: list[tuple[str, str | None]] = []  # (title, metric; None = Optuna's intermediate values)
-    for goal in goals:
-        if not multi:
-            rows.append((f"objective: {goal.metric} (reported to Optuna)", None))
-        elif goal.metric in present:
-            rows.append((f"objective: {goal.metric}", goal.metric))
-    for title, names in CURVE_METRICS:
-        name = next((n for n in names if n in present), None)
-        if name:
-            rows.append((f"{title}: {name}", name))
-    wanted = [r[1] for r in rows if r[1]] + [goals[0].metric]
-    curves = m[m["metric"].isin(wanted)].groupby(["metric", "trial", "iteration"], sort=True)["value"].mean()
-    by_metric = {
-        name: {t: (g.index.get_level_values(2).to_numpy(float), g.to_numpy(float)) for t, g in part.groupby(level=1)}
-        for name, part in curves.groupby(level=0)
-    }
-
-    layout, refs = _grid(len(rows), [r[0] for r in rows], 360)
-    top = best_trial(snap)
-    best = top.number if top is not None else None
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
-    traces: list[dict] = []
-    flag_legend = True
-    for k, (_, metric) in enumerate(rows):
-        xref, yref = refs[k]
-        series = by_metric.get(metric if metric else goals[0].metric, {})
-        for j, trial in enumerate(shown):
-            iv = trial.intermediate_values if metric is None else None
-            if iv:
-                steps = sorted(iv)
-                x, y = np.array(steps, dtype=float), np.array([iv[s] for s in steps], dtype=float)
-            elif trial.number in series:
-                x, y = series[trial.number]
-            else:
-                continue
-            xs, ys = _thin(x, y)
-            style = STATE_STYLE.get(trial.state.name, STATE_STYLE["COMPLETE"])
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines",
-                    "x": xs,
-                    "y": ys,
-                    "xaxis": xref,
-                    "yaxis": yref,
-                    "name": f"#{trial.number} {trial.state.name}" + (" (best)" if trial.number == best else ""),
-                    "legendgroup": f"t{trial.number}",
-                    "showlegend": k == 0,
-                    "line": {
-                        "dash": style["dash"],
-                        "color": BEST_LINE_COLOR
-                        if trial.number == best
-                        else (style["color"] or palette[j % len(palette)]),
-                        "width": style["width"] * (BEST_LINE_WIDTH if trial.number == best else 1),
-                    },
-                    "hovertemplate": f"trial {trial.number} ({trial.state.name})"
-                    "<br>iteration %{x}<br>%{y:.4g}<extra></extra>",
-                }
-            )
-        marks = [
-            (n, f)
-            for n, flags in frames.flags.items()
-            if n in numbers
-            for f in flags
-            if metric is not None and f.metric == metric and np.isfinite(f.value)
-        ]
-        if marks:
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "xaxis": xref,
-                    "yaxis": yref,
-                    "x": [f.iteration for _, f in marks],
-                    "y": [f.value for _, f in marks],
-                    "marker": {"symbol": "x", "size": 11, "color": "#d62728"},
-                    "name": "diagnostic flag",
-                    "legendgroup": "flags",
-                    "showlegend": flag_legend,
-                    "text": [f"trial {n}: {f.name}" for n, f in marks],
-                    "hovertemplate": "%{text}<extra></extra>",
-                }
-            )
-            flag_legend = False
-        _axis_title(layout, xref, "iteration")
-    layout["legend"] = {"font": {"size": 10}}
-    return {"data": traces, "layout": layout}
-
-
-# ------------------------------------------------------------------------------------------ compute
-def objective_vs_compute(study: optuna.Study, frames: Frames, index: int = 0) -> dict[str, Any]:
-    """Left: each trial's objective ``index`` against its compute; right: best so far against cumulative compute.
-
-    Pruned trials sit at their last reported (intermediate) value as grey crosses; trials with a
-    diagnostic flag get a red ring that names the flags on hover. Returns plotly figure JSON.
-    """
-    snap = snapshot(study)
-    goal = study_objectives(snap)[index]
-    better = sign(snap.directions[index])  # better * value: smaller is better
-    top = best_trial(snap)
-    compute = dict(zip(frames.trials["number"].tolist(), frames.trials["compute_s"].tolist(), strict=True))
-    layout, refs = _grid(2, ["per trial", "best so far vs cumulative compute"], 420)
-    groups: dict[str, list[tuple[float, float, int, list[diagnostics.Flag]]]] = {"COMPLETE": [], "PRUNED": []}
-    for trial in snap.get_trials(deepcopy=False):
-        c = compute.get(trial.number)
-        if c is None or not np.isfinite(c):
-            continue
-        if trial.state == TrialState.COMPLETE:
-            value = trial.values[index]
-        elif trial.state == TrialState.PRUNED and trial.intermediate_values and len(snap.directions) == 1:
-            value = trial.intermediate_values[max(trial.intermediate_values)]
-        else:
-            continue
-        groups[trial.state.name].append((c, value, trial.number, frames.flags.get(trial.number, [])))
-    traces: list[dict[str, Any]] = []
-    for state, points in groups.items():
-        if not points:
-            continue
-        pruned = state == "PRUNED"
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": state.lower(),
-                "xaxis": refs[0][0],
-                "yaxis": refs[0][1],
-                "x": [p[0] for p in points],
-                "y": [p[1] for p in points],
-                "marker": {
-                    "symbol": "x" if pruned else "circle",
-                    "size": 7,
-                    "color": "#9a9a9a" if pruned else "#1f77b4",
-                },
-                "text": [f"trial {p[2]}" for p in points],
-                "hovertemplate": "%{text}<br>compute %{x:.4g} s<br>value %{y:.4g}<extra></extra>",
-            }
-        )
-    flagged = [p for points in groups.values() for p in points if p[3]]
-    if flagged:  # a red ring around each flagged trial, naming its flags on hover
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": "diagnostic flag",
-                "xaxis": refs[0][0],
-                "yaxis": refs[0][1],
-                "x": [p[0] for p in flagged],
-                "y": [p[1] for p in flagged],
-                "marker": {"symbol": "circle-open", "size": 14, "color": "#d62728", "line": {"width": 2}},
-                "text": [f"trial {p[2]}: " + ", ".join(f.name for f in p[3]) for p in flagged],
-                "hovertemplate": "%{text}<extra></extra>",
-            }
-        )
-    finished = [tr for tr in snap.get_trials(deepcopy=False) if tr.state.is_finished()]
-    finished.sort(key=lambda tr: (tr.datetime_complete or tr.datetime_start or dt.datetime.max, tr.number))
-    total, best = 0.0, None  # best: the best value so far
-    xs: list[float] = []
-    ys: list[float] = []
-    for tr in finished:
-        c = compute.get(tr.number)
-        total += float(c) if c is not None and np.isfinite(c) else 0.0
-        if tr.state == TrialState.COMPLETE:
-            v = tr.values[index]
-            best = v if best is None or better * v < better * best else best
-        if best is not None:
-            xs.append(total)
-            ys.append(best)
-    if xs:
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "line": {"shape": "hv"},
-                "name": "best so far",
-                "xaxis": refs[1][0],
-                "yaxis": refs[1][1],
-                "x": xs,
-                "y": ys,
-                "hovertemplate": "cumulative %{x:.4g} s<br>best %{y:.4g}<extra></extra>",
-            }
-        )
-    _axis_title(layout, refs[0][0], "device-seconds (NPU-s, else CPU-s)")
-    _axis_title(layout, refs[1][0], "cumulative device-seconds")
-    if top is not None and math.isfinite(compute.get(top.number) or math.nan):
-        traces.append(_best_star(compute[top.number], top.values[index], top.number, refs[0]))
-    _axis_title(layout, refs[0][1], goal.metric)
-    return {"data": traces, "layout": layout}
-
-
 # ---------------------------------------------------------------------------- the best trial, marked
-def _best_star(x: Any, y: Any, number: int, ref: tuple[str, str] = ("x", "y")) -> dict[str, Any]:
-    return {
-        "type": "scatter",
-        "mode": "markers",
-        "x": [x],
-        "y": [y],
-        "xaxis": ref[0],
-        "yaxis": ref[1],
-        "marker": BEST_MARKER,
-        "name": f"best trial #{number}",
-        "showlegend": False,
-        "hovertemplate": f"best trial #{number}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>",
-    }
-
-
 def _star_history(fig: go.Figure, best: FrozenTrial | None, index: int) -> go.Figure:
-    if best is not None:
-        fig.add_trace(_best_star(best.number, best.values[index], best.number))
-    return fig
-
-
-def _star_slices(fig: go.Figure, best: FrozenTrial | None) -> go.Figure:
-    """A star on each slice subplot where the best trial was drawn (Optuna colours points by trial
-    number, so an early best trial is a near-white dot)."""
-    if best is None:
-        return fig
-    for trace in list(fig.data):
-        numbers = list(getattr(trace.marker, "color", None) or []) if trace.name == "Feasible Trial" else []
-        if best.number in numbers:
-            at = numbers.index(best.number)
-            ref = (trace.xaxis or "x", trace.yaxis or "y")
-            fig.add_trace(_best_star(trace.x[at], trace.y[at], best.number, ref))
+    if best is not None and best.values:
+        fig.add_trace(best_star(best.number, best.values[index], best.number))
     return fig
 
 
@@ -647,7 +308,7 @@ def _star_contour(fig: go.Figure, best: FrozenTrial | None) -> go.Figure:
     def shown(name: str, axis: Any) -> Any:  # Optuna draws a categorical parameter as its str()
         return str(best.params[name]) if axis.type == "category" else best.params[name]
 
-    fig.add_trace(_best_star(shown(x_name, fig.layout.xaxis), shown(y_name, fig.layout.yaxis), best.number))
+    fig.add_trace(best_star(shown(x_name, fig.layout.xaxis), shown(y_name, fig.layout.yaxis), best.number))
     return fig
 
 
@@ -678,13 +339,14 @@ def _best_line_on_top(
 def _star_pareto(fig: go.Figure, best: FrozenTrial | None) -> go.Figure:
     if best is None or not best.values:
         return fig
+    name = f"chosen trade-off: best trial #{best.number}"
     if len(best.values) == 2:
-        fig.add_trace(_best_star(best.values[0], best.values[1], best.number))
+        fig.add_trace(marker_trace(best.values[0], best.values[1], name, BEST_MARKER, legend=True))
     elif len(best.values) == 3:
-        star = _best_star(best.values[0], best.values[1], best.number)
-        star.update(type="scatter3d", z=[best.values[2]], marker={**BEST_MARKER, "size": 8})
+        star = marker_trace(best.values[0], best.values[1], name, {**BEST_MARKER, "size": 8}, legend=True)
+        star.update(type="scatter3d", z=[best.values[2]])
         for key in ("xaxis", "yaxis"):
             star.pop(key)
-        star["hovertemplate"] = f"best trial #{best.number}<extra></extra>"
+        star["hovertemplate"] = f"{name}<extra></extra>"
         fig.add_trace(star)
     return fig

@@ -1,0 +1,129 @@
+"""Cost and reproduce: two sections of the report page.
+
+``cost`` sums the study's device-seconds by kind and tabulates the best trials' value, device-seconds,
+wall time and throughput (``e2e_tps`` where the backend reports it) with pandas' Styler; the figures
+are ``grpo.report.cost``'s. ``reproduce`` gives the exact command that reruns the winner on its exported
+config (``grpo.report.reproduce``), that config, and the environment the study ran in (package
+versions, the project's commit) from the study's ``environment`` attr.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpo.report._fmt import count, duration, escape, hours, num
+from grpo.report._snapshot import StudySnapshot
+from grpo.report.best import ranked
+from grpo.report.collect import Frames, study_objectives, value_columns
+from grpo.report.decision import Decision
+from grpo.report.reproduce import commands, environment
+
+COST_ROWS = 10
+
+
+def _sum(frame: pd.DataFrame, column: str) -> float:
+    return float(frame[column].fillna(0.0).sum()) if column in frame and len(frame) else 0.0
+
+
+def cost_facts(frames: Frames, decision: Decision) -> str:
+    trials = frames.trials
+    kind = decision.compute.kind
+    held = _sum(trials, "npu_s")
+    parts = []
+    if held > 0:
+        parts.append(f"{kind}-seconds {count(held)} ({hours(held)})")
+    parts.append(f"CPU-seconds {count(_sum(trials, 'cpu_s'))} ({hours(_sum(trials, 'cpu_s'))})")
+    parts.append(f"trial wall time {duration(_sum(trials, 'wall_s')) or '0 s'}")
+    tps = trials["throughput"].dropna() if "throughput" in trials else pd.Series(dtype="float64")
+    throughput = (
+        f"Throughput (e2e_tps as the backend reports it: tokens per second per device for MindSpeed-RL, per run "
+        f"for the embedded engine): median {count(float(tps.median()))} tokens/s over {len(tps)} trials, "
+        f"{count(float(tps.min()))} to {count(float(tps.max()))}."
+        if len(tps)
+        else "No trial reported its throughput (e2e_tps)."
+    )
+    return f"<p>Device time in all: {escape('; '.join(parts))}.</p><p>{escape(throughput)}</p>"
+
+
+def cost_table(snap: StudySnapshot, frames: Frames, decision: Decision) -> str:
+    """The best ``COST_ROWS`` complete trials (the winner first) with what each cost."""
+    order = [t.number for t in ranked(snap)][:COST_ROWS]
+    if decision.best is not None:
+        order = [decision.best.number, *[n for n in order if n != decision.best.number][: COST_ROWS - 1]]
+    if not order:
+        return ""
+    rows = frames.trials.set_index("number").loc[order]
+    metric = study_objectives(snap)[0].metric
+    value_column = value_columns(snap)[0]
+    shown = pd.DataFrame(
+        {
+            "trial": [f"#{n}" + (" (winner)" if decision.best and n == decision.best.number else "") for n in order],
+            metric: rows[value_column].to_numpy(),
+            "seeds": rows["seeds"].to_numpy(),
+            "device-seconds": rows["compute_s"].to_numpy(),
+            "wall time": rows["wall_s"].map(_text_duration).to_numpy(),
+            "tokens/s": rows["throughput"].to_numpy(),
+        }
+    )
+    styler = (
+        shown.style.format(
+            {metric: num, "seeds": _int_text, "device-seconds": count, "tokens/s": num}, escape="html", na_rep=""
+        )
+        .hide(axis="index")
+        .format_index(escape="html", axis=1)
+    )
+    table = styler.to_html(exclude_styles=True).replace("<table>", '<table class="params cost-table">', 1)
+    return f"<h3>What the best trials cost</h3>{table}"
+
+
+def _text_duration(value: Any) -> str:
+    return duration(value) if isinstance(value, (int, float)) and math.isfinite(value) else ""
+
+
+def _int_text(value: Any) -> str:
+    return str(int(value)) if isinstance(value, (int, float)) and math.isfinite(value) else ""
+
+
+def reproduce(snap: StudySnapshot, decision: Decision, config_path: Path, config_text: str | None) -> str:
+    head = '<section id="reproduce"><h2>Reproduce</h2>'
+    best = decision.best
+    if best is None:
+        return head + '<p class="note">No completed trial yet.</p>' + _environment(snap) + "</section>"
+    parts = [head]
+    if config_text is None:
+        parts.append(f'<p class="note">Trial #{best.number} recorded no config: there is nothing to rerun from.</p>')
+    else:
+        how = commands(snap, best, config_path)
+        parts.append(f"<p>{escape(how.note)}</p>")
+        parts.append(f'<pre class="command"><code>{escape(chr(10).join(how.lines))}</code></pre>')
+        parts.append(
+            f'<details><summary>The exported config: <a href="{escape(config_path.name)}">{escape(config_path.name)}'
+            f'</a> (per-trial paths removed)</summary><pre class="config">{escape(config_text)}</pre></details>'
+        )
+    parts.append(_environment(snap))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _environment(snap: StudySnapshot) -> str:
+    env = environment(snap)
+    if env is None:
+        return (
+            '<p class="note">The study records no environment (package versions, commit): studies made by an '
+            "older grpo-sweep do not.</p>"
+        )
+    facts = [(k, env.get(k)) for k in ("python", "platform", "commit") if env.get(k) is not None]
+    rest = {k: v for k, v in env.items() if k not in ("python", "platform", "commit", "packages")}
+    facts += sorted(rest.items())
+    body = "".join(f"<dt>{escape(str(k))}</dt><dd><code>{escape(str(v))}</code></dd>" for k, v in facts)
+    packages = env.get("packages") if isinstance(env.get("packages"), dict) else {}
+    rows = "".join(
+        f"<tr><td>{escape(str(name))}</td><td><code>{escape(str(version))}</code></td></tr>"
+        for name, version in sorted((packages or {}).items())
+    )
+    table = f'<table class="params"><tr><th>package</th><th>version</th></tr>{rows}</table>' if rows else ""
+    return f'<h3>Environment</h3><dl class="facts">{body}</dl>{table}'
