@@ -77,3 +77,19 @@ def test_a_trial_stored_without_seed_attributes_still_has_a_value():
     assert stats.trial_interval(t).mean == 0.4
     assert stats.verdict([], StudyDirection.MAXIMIZE) is None
     assert math.isnan(stats.mean_interval([]).mean)
+
+
+def test_best_trial_is_the_confirmation_stages_winner_once_it_has_two():
+    """`grpo-sweep best`, the run summary and the live view use best_trial: a search trial's single lucky
+    seed must not outrank the trials the confirmation stage re-ran on fresh seeds."""
+    import optuna
+
+    from grpo.report.best import best_trial
+
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([trial(0, [0.95]), trial(1, [0.70])])
+    assert best_trial(study).number == 0
+    study.add_trial(trial(2, [0.85, 0.86, 0.84], confirmation_of=0, seeds=[5, 6, 7]))
+    assert best_trial(study).number == 0  # one confirmation trial is not yet a stage
+    study.add_trial(trial(3, [0.71, 0.70, 0.72], confirmation_of=1, seeds=[5, 6, 7]))
+    assert best_trial(study).number == 2

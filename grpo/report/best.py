@@ -1,7 +1,9 @@
 """Which trial is best: the one definition the report, `grpo-sweep best`, the run summary and the live view use.
 
 Single objective: the COMPLETE trial with the best value (Optuna's ``study.best_trial`` rule, ties to the
-lower number). Several objectives: the Pareto front (Optuna's ``study.best_trials``), and as "the" best
+lower number); once a confirmation stage has two or more complete trials, the best among them (they ran
+more, fresh seeds: a search trial's single lucky seed does not outrank them; ``stats.verdict`` uses the
+same pool). Several objectives: the Pareto front (Optuna's ``study.best_trials``), and as "the" best
 the front's member that is best on the first objective.
 """
 
@@ -39,6 +41,9 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """The best COMPLETE trial (see the module docstring), or None when none has completed."""
     if len(study.directions) == 1:
         order = ranked(study)
+        confirmed = [t for t in order if t.user_attrs.get("confirmation_of") is not None]
+        if len(confirmed) >= 2:
+            return confirmed[0]
         return order[0] if order else None
     front = study.best_trials
     if not front:

@@ -8,7 +8,7 @@
   the mean over seeds. Several objectives: the Pareto-optimal trial best on the first objective
   (``grpo.report.best.best_trial``; a front has no single runner-up).
 - ``verdict``: winner and runner-up with their intervals over seeds and a paired test (one objective).
-- ``highest``: ``best_trial``, the complete trial with the best stored value; the page says so when it is
+- ``highest``: the complete trial with the best stored value (``ranked``); the page says so when it is
   not ``best`` (a search trial whose one lucky seed the confirmation stage did not repeat).
 - ``compute``: device-seconds and wall time up to the best trial and in all.
 """
@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from grpo.report import stats
 from grpo.report._snapshot import snapshot
-from grpo.report.best import best_trial, pareto_front
+from grpo.report.best import best_trial, pareto_front, ranked
 from grpo.report.collect import Frames
 
 
@@ -59,7 +59,8 @@ def decide(study: optuna.Study, frames: Frames) -> Decision:
     """The study's ``Decision`` (see the module docstring)."""
     snap = snapshot(study)
     multi = len(snap.directions) > 1
-    highest = best_trial(snap)
+    order = ranked(snap) if not multi else []
+    highest = order[0] if order else best_trial(snap)
     verdict = None if multi else stats.verdict(snap.get_trials(deepcopy=False), snap.directions[0])
     best = verdict.winner if verdict is not None else highest
     front = pareto_front(snap) if multi else []
