@@ -4,7 +4,9 @@ without the cost of GRPO training. They are plain TrialBackend plugins (spec `ba
 `CurveBackend` reports a learning curve that is a known function of the trial's config, so pruning and
 objectives have something real to act on. `FaultBackend` misbehaves on command: the trial's
 `rl_config.entropy_coeff` picks the fault (0.0 ok, 0.1 raise, 0.2 NaN objective, 0.3 SIGKILL of its own
-worker process), once per trial dir, so its retry succeeds.
+worker process), once per trial dir, so its retry succeeds. `SeedCurveBackend` gives each seed its own
+curve and pace, `TimedBackend` records when each seed ran, `SeedFaultBackend` fails one seed of a trial
+once (for the seed tests, tests/test_sweep_seeds.py).
 """
 
 from __future__ import annotations
@@ -25,9 +27,20 @@ def _curve_value(cfg, iteration: int) -> float:
     return 1.0 - math.exp(-rate * iteration)
 
 
+def seed_index(cfg) -> int:
+    """The seed's place in its trial: its save dir is <trial>/runs/seed<k>/ckpt."""
+    return int(Path(cfg.actor_config.save).parent.name[len("seed"):])
+
+
 class CurveBackend(TrialBackend):
     name = "curve"
     delay_s = 0.0
+
+    def value(self, cfg, iteration: int) -> float:
+        return _curve_value(cfg, iteration)
+
+    def delay(self, cfg) -> float:
+        return self.delay_s
 
     def run(self, cfg, trial_dir: Path, report, resume: bool) -> dict:
         iters = int(cfg.megatron_training.train_iters)
@@ -35,10 +48,11 @@ class CurveBackend(TrialBackend):
         start = 1
         if resume and cfg.actor_config.load:
             start = int((Path(cfg.actor_config.load) / "latest_checkpointed_iteration.txt").read_text()) + 1
+        delay = self.delay(cfg)
         for it in range(start, iters + 1):
-            if self.delay_s:
-                time.sleep(self.delay_s)
-            metrics = {"grpo/score/mean": _curve_value(cfg, it), "e2e_tps": 100.0}
+            if delay:
+                time.sleep(delay)
+            metrics = {"grpo/score/mean": self.value(cfg, it), "e2e_tps": 100.0}
             with open(trial_dir / "metrics.jsonl", "a") as fh:  # the run's own record, as the engine keeps
                 fh.write(json.dumps({"iteration": it, **metrics}) + "\n")
             if report(it, metrics):
@@ -71,3 +85,82 @@ class FaultBackend(CurveBackend):
             if fault == 0.3:
                 os.kill(os.getpid(), signal.SIGKILL)
         return super().run(cfg, trial_dir, report, resume)
+
+
+BASE_SEED = 1234  # megatron_training.seed of grpo_trainer_tiny_cpu
+
+
+class SeedCurveBackend(CurveBackend):
+    """Seed ``s`` reports the CurveBackend curve minus 0.3 * (s - 1234): each seed its own curve, and the
+    confirmation stage's fresh seeds (after the search's) learn worse. Seed index k sleeps 0.02 * k s per
+    iteration, so the seeds of a trial drift apart."""
+
+    def value(self, cfg, iteration: int) -> float:
+        return _curve_value(cfg, iteration) - 0.3 * (int(cfg.megatron_training.seed) - BASE_SEED)
+
+    def delay(self, cfg) -> float:
+        return 0.02 * seed_index(cfg) + self.delay_s
+
+
+class SlowSeedCurveBackend(SeedCurveBackend):
+    delay_s = 0.1
+
+
+class TimedBackend(CurveBackend):
+    """The CurveBackend curve at 0.1 s per iteration; each seed run writes when it started and ended
+    (``timing.json`` in its run dir)."""
+
+    delay_s = 0.1
+
+    def run(self, cfg, trial_dir: Path, report, resume: bool) -> dict:
+        started = time.time()
+        out = super().run(cfg, trial_dir, report, resume)
+        (trial_dir / "timing.json").write_text(json.dumps({"start": started, "end": time.time()}))
+        return out
+
+
+class SeedFaultBackend(CurveBackend):
+    """Once per study, seed index 1 fails at iteration 6 (its checkpoint: 4), after seed 0 ran all its
+    iterations and seed 2 (0.05 s per iteration) passed a checkpoint; seed 2 then runs until it is stopped.
+    Each run notes the iteration it started at (``starts.jsonl`` in the trials folder)."""
+
+    def delay(self, cfg) -> float:
+        return 0.05 if seed_index(cfg) == 2 and not self._marker(cfg).exists() else 0.0
+
+    @staticmethod
+    def _marker(cfg) -> Path:
+        return Path(cfg.actor_config.save).parents[3] / "seed-fault.done"
+
+    def run(self, cfg, trial_dir: Path, report, resume: bool) -> dict:
+        save = Path(cfg.actor_config.save)
+        trials = save.parents[3]
+        start = 1
+        if resume and cfg.actor_config.load:
+            start = int((Path(cfg.actor_config.load) / "latest_checkpointed_iteration.txt").read_text()) + 1
+        with open(trials / "starts.jsonl", "a") as fh:
+            fh.write(json.dumps({"trial": save.parents[2].name, "seed": int(cfg.megatron_training.seed),
+                                 "start": start}) + "\n")
+        marker = self._marker(cfg)
+        if seed_index(cfg) != 1 or marker.exists():
+            return super().run(cfg, trial_dir, report, resume)
+
+        def fail_at_6(iteration: int, metrics: dict) -> bool:
+            if iteration == 6:
+                runs = save.parents[1]
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and not (
+                    _ckpt(runs / "seed0") == int(cfg.megatron_training.train_iters) and _ckpt(runs / "seed2") >= 4
+                ):
+                    time.sleep(0.02)
+                marker.write_text("1")
+                raise TrialFailed("injected failure of one seed", ["seed log line"])
+            return report(iteration, metrics)
+
+        return super().run(cfg, trial_dir, fail_at_6, resume)
+
+
+def _ckpt(run_dir: Path) -> int:
+    try:
+        return int((run_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text())
+    except (OSError, ValueError):
+        return 0

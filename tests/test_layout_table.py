@@ -85,3 +85,21 @@ def test_validate_prints_the_layout_table(spec_path, capsys):
     assert sweep_main(["validate", str(spec_path)]) == 0
     out = capsys.readouterr().out
     assert "layouts on 64 GiB NPUs" in out and "tp2_pp2" in out
+
+
+def test_a_model_the_planner_does_not_model_says_not_estimated_not_fits():
+    from rich.console import Console
+
+    from grpo.config import load_config
+    from grpo.plan import estimate
+    from grpo.sweep.layout_table import LayoutRow, rows_table
+
+    moe = "qwen3_30b_a3b"
+    cfg = load_config("grpo_trainer_qwen25_7b_A3", [f"model={moe}", f"megatron_training.model={moe}",
+                                                    f"actor_config.model={moe}"])
+    row = LayoutRow("tp4_pp1", {}, estimate(cfg, 64))
+    assert row.verdict == "not estimated"
+    console = Console(width=250, record=True)
+    console.print(rows_table([row], 64))
+    text = console.export_text()
+    assert "not estimated: model.qwen3_30b_a3b is MoE" in text and "nan" not in text and " fits " not in text

@@ -347,3 +347,31 @@ def test_unknown_metric_is_a_warning_with_did_you_mean(tmp_path):
 def test_unknown_key_in_a_search_entry(tmp_path):
     path = write(tmp_path, GOOD.replace("interval(0.1, 0.3)", "{values: 'interval(0.1, 0.3)', whn: {a: 1}}"))
     assert problems(path) == [f"{path}: search.rl_config.clip_ratio.whn: unknown key; did you mean search.rl_config.clip_ratio.when?"]
+
+
+def test_confirm_defaults_off_and_reads_its_keys(tmp_path):
+    assert load_spec(write(tmp_path, GOOD)).confirm is None
+    spec = load_spec(write(tmp_path, GOOD + "seeds: 2\nconfirm: {top_k: 2, seeds: 3}\n"))
+    assert (spec.confirm.top_k, spec.confirm.seeds) == (2, 3)
+    assert spec.confirmation_seed_offsets() == [2, 3, 4]  # fresh: after the search's own seeds
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ("confirm: {top_k: 0, seeds: 3}", "confirm.top_k: must be >= 1 (got 0)"),
+        ("confirm: {top_k: 2, seeds: 1}", "confirm.seeds: must be at least 2: a paired comparison over seeds needs two (got 1)"),
+        ("confirm: {top_k: 2, sedes: 3}", "confirm.sedes: unknown key; did you mean confirm.seeds?"),
+        ("confirm: 3", "confirm: must be a mapping (got 3)"),
+    ],
+)
+def test_bad_confirm(tmp_path, extra, expected):
+    path = write(tmp_path, GOOD + extra + "\n")
+    assert problems(path) == [f"{path}: {expected}"]
+
+
+def test_confirm_needs_a_single_objective(tmp_path):
+    path = write(tmp_path, GOOD.replace("objective: grpo/score/mean", "objective: [a, b]") + "confirm: {top_k: 2}\n")
+    assert problems(path) == [
+        f"{path}: confirm: ranks trials by one objective, but the spec has 2; remove confirm or keep one objective"
+    ]

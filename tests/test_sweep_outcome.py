@@ -4,25 +4,32 @@ import math
 
 import pytest
 
-from grpo.sweep.outcome import Complete, Failed, Interrupted, Pruned, decide
+from grpo.sweep.outcome import Complete, Failed, Interrupted, Pruned, SeedEnd, decide
 
 LOG = ["line 1", "line 2"]
+DONE = {"status": "complete"}
 
 
-def outcome(**kw):
-    args = dict(worker_error=None, result={"status": "complete"}, stop_reason=None, timeout_s=60.0,
-                objectives=["grpo/score/mean"], seed_values=[[0.5]], reported=["grpo/score/mean"], log_lines=LOG)
+def outcome(result=DONE, worker_error=None, **kw):
+    args = dict(seeds=[SeedEnd(1234, worker_error, result if worker_error is None else {})], stop_reason=None,
+                timeout_s=60.0, objectives=["grpo/score/mean"], seed_values=[[0.5]], reported=["grpo/score/mean"],
+                log_lines=LOG)
     args.update(kw)
     return decide(**args)
 
 
-def test_a_complete_trial_averages_its_seeds_and_keeps_their_spread():
-    got = outcome(objectives=["a", "b"], seed_values=[[0.2, 0.4], [1.0, 3.0]], reported=["a", "b"])
+def test_a_complete_trial_averages_its_seeds_and_keeps_their_spread_and_interval():
+    two = [SeedEnd(1, None, DONE), SeedEnd(2, None, DONE)]
+    got = outcome(seeds=two, objectives=["a", "b"], seed_values=[[0.2, 0.4], [1.0, 3.0]], reported=["a", "b"])
     assert isinstance(got, Complete)
     assert got.values == pytest.approx([0.3, 2.0])
     assert got.per_seed == [[0.2, 0.4], [1.0, 3.0]]
     assert got.spreads == pytest.approx([0.1, 1.0])
+    # 95 % bootstrap interval of the mean, per objective: inside the seeds' range, around the mean.
+    (a_low, a_high), (b_low, b_high) = got.intervals
+    assert 0.2 <= a_low <= 0.3 <= a_high <= 0.4 and 1.0 <= b_low <= 2.0 <= b_high <= 3.0
     assert outcome().spreads == [0.0]  # one seed: no spread
+    assert outcome().intervals == [None]  # ... and no interval
 
 
 def test_a_dead_worker_fails_and_a_killed_timeout_says_so():
@@ -49,7 +56,8 @@ def test_stops_are_pruned_timed_out_or_interrupted():
 def test_an_objective_never_reported_or_not_finite_fails():
     missing = outcome(objectives=["acc_rewards/mean"], seed_values=[[None]], reported=["b", "a"])
     assert missing == Failed("objective metric 'acc_rewards/mean' was never reported; reported: a, b", LOG)
-    assert isinstance(outcome(seed_values=[[0.5, None]]), Failed)  # one seed without it is enough
+    two = [SeedEnd(1, None, DONE), SeedEnd(2, None, DONE)]
+    assert isinstance(outcome(seeds=two, seed_values=[[0.5, None]]), Failed)  # one seed without it is enough
     nan = outcome(seed_values=[[math.nan]])
     assert isinstance(nan, Failed) and "not finite" in nan.reason
 
@@ -57,3 +65,24 @@ def test_an_objective_never_reported_or_not_finite_fails():
 def test_a_worker_killed_by_a_second_ctrl_c_is_interrupted_not_failed():
     got = outcome(worker_error="worker process died (RayActorError): killed", stop_reason="interrupted")
     assert isinstance(got, Interrupted)  # a retry that keeps its attempt
+
+
+def test_one_failed_seed_fails_the_trial_naming_that_seed_not_its_stopped_siblings():
+    stopped = {"status": "stopped", "stop_reason": "failed"}
+    ends = [SeedEnd(1235, None, {"status": "failed", "reason": "NaN loss", "last_log_lines": ["nan"]}),
+            SeedEnd(1234, None, stopped), SeedEnd(1236, None, DONE)]
+    got = outcome(seeds=ends, stop_reason="failed", seed_values=[[0.1, 0.2, 0.3]])
+    assert got == Failed("seed 1235: NaN loss", ["nan"])
+    died = [SeedEnd(1236, "worker process died (RayActorError): OOM", {}), SeedEnd(1234, None, stopped)]
+    assert outcome(seeds=died, stop_reason="failed").reason == "seed 1236: worker process died (RayActorError): OOM"
+
+
+def test_seeds_stopped_together_give_the_trial_one_outcome():
+    pruned = [SeedEnd(s, None, {"status": "stopped", "stop_reason": "pruned"}) for s in (1, 2)]
+    assert isinstance(outcome(seeds=[SeedEnd(0, None, DONE), *pruned], stop_reason="pruned"), Pruned)
+    killed = [SeedEnd(s, "worker process died", {}) for s in (1, 2)]
+    assert outcome(seeds=killed, stop_reason="timeout").reason == "timeout after 60.0 s (killed)"  # no seed blamed
+    assert isinstance(outcome(seeds=killed, stop_reason="interrupted"), Interrupted)
+    # A seed that ran to its end while its siblings were interrupted: the trial resumes, it did not complete.
+    mixed = [SeedEnd(0, None, DONE), SeedEnd(1, None, {"status": "stopped", "stop_reason": "interrupted"})]
+    assert isinstance(outcome(seeds=mixed, stop_reason="interrupted", seed_values=[[0.1, 0.2]]), Interrupted)

@@ -139,8 +139,9 @@ def compare(a: FrozenTrial, b: FrozenTrial, direction: StudyDirection, objective
 def paired_p(diffs: Sequence[float] | np.ndarray) -> float:
     """Two-sided p-value of a paired t-test that the mean of the paired differences is 0."""
     data = np.asarray(diffs, dtype=float)
-    if np.ptp(data) == 0:  # no spread: identical runs (p 1) or a difference every seed agrees on (p 0)
-        return 1.0 if data[0] == 0 else 0.0
+    scale = max(1.0, float(np.abs(data).max()))
+    if np.ptp(data) <= 1e-12 * scale:  # no spread (to float error): identical runs, or a difference all agree on
+        return 1.0 if abs(float(data.mean())) <= 1e-12 * scale else 0.0
     from scipy import stats
 
     return float(stats.ttest_1samp(data, 0.0).pvalue)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +20,12 @@ from rich.table import Table
 
 from grpo._fs import atomic_write_text
 from grpo.errors import UserError
+from grpo.report.stats import Interval, trial_interval
 from grpo.sweep.space import format_params
 from grpo.sweep.spec import SweepSpec
+
+REPORT_EVERY_S = 2.0  # the report is rewritten after a trial at most this often (and always at the end)
+REPORT_SHARE = 0.2  # ... and takes at most this share of the driver's time (a 10,000-trial report is slow)
 
 
 def _spec(args: argparse.Namespace, **cli: Any) -> SweepSpec:
@@ -50,11 +58,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in spec.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     console = Console(stderr=False)
+    refresh = None if args.no_report else ThrottledReport(lambda study: _write_report(spec, study, report_dir(spec)))
     if args.quiet:
-        run = run_study(spec, no_plan=args.no_plan, quiet=True)
+        run = run_study(spec, no_plan=args.no_plan, quiet=True, on_trial_finished=refresh)
     else:
         with LiveProgress(spec, console) as progress:
-            run = run_study(spec, no_plan=args.no_plan, progress=progress)
+            run = run_study(spec, no_plan=args.no_plan, progress=progress, on_trial_finished=refresh)
     _print_summary(console, spec, run.study)
     if not args.no_report:
         path = _write_report(spec, run.study, report_dir(spec))
@@ -77,8 +86,58 @@ def _write_report(spec: SweepSpec, study: optuna.Study, out: Path) -> Path:
     return write_report(study, out, spec_path=str(spec.path))
 
 
+class ThrottledReport:
+    """The report rewritten after finished trials while the study runs: at most once per ``REPORT_EVERY_S``,
+    and never more than ``REPORT_SHARE`` of the time (the driver waits while it is written). A failure is a
+    one-line warning (once per message): the study goes on, and the final report is written at the end."""
+
+    def __init__(self, write: Callable[[optuna.Study], object], clock: Callable[[], float] = time.monotonic):
+        self.write, self.clock = write, clock
+        self.next_at = 0.0
+        self.warned: set[str] = set()
+        self.writes = 0
+
+    def __call__(self, study: optuna.Study) -> None:
+        now = self.clock()
+        if now < self.next_at:
+            return
+        try:
+            self.write(study)
+            self.writes += 1
+        except Exception as err:
+            line = f"warning: the report was not refreshed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            if line not in self.warned:
+                self.warned.add(line)
+                print(line, file=sys.stderr, flush=True)
+        took = self.clock() - now
+        self.next_at = now + max(REPORT_EVERY_S, took / REPORT_SHARE)
+
+
+def stored_interval(trial: FrozenTrial, objective: int = 0) -> Interval:
+    """The trial's value with its 95 % interval over seeds: the ``value_interval`` the driver stored (no
+    bootstrap per trial: ``status`` on 10,000 trials stays fast), computed for a trial stored without it."""
+    if trial.values is None:
+        return Interval(math.nan, None, None, 0)
+    stored = trial.user_attrs.get("value_interval")
+    seeds = trial.user_attrs.get("seeds")
+    n = len(seeds) if isinstance(seeds, list) else 1
+    if isinstance(stored, list) and objective < len(stored):
+        pair = stored[objective]
+        low, high = (float(pair[0]), float(pair[1])) if isinstance(pair, list) and len(pair) == 2 else (None, None)
+        return Interval(float(trial.values[objective]), low, high, n)
+    return trial_interval(trial, objective)
+
+
+def _short(interval: Interval) -> str:
+    """A value for a table cell: ``0.41 [0.38, 0.44]``, or the bare value for one seed."""
+    if interval.low is None or interval.high is None:
+        return f"{interval.mean:.4g}"
+    return f"{interval.mean:.4g} [{interval.low:.4g}, {interval.high:.4g}]"
+
+
 def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> None:
     from grpo.report.best import best_trial
+    from grpo.report.stats import verdict
 
     trials = study.get_trials(deepcopy=False)
     by_state: dict[str, int] = {}
@@ -86,18 +145,33 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
         by_state[t.state.name] = by_state.get(t.state.name, 0) + 1
     console.print(f"study {spec.study}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(by_state.items())))
     best = best_trial(study)
-    if best is not None and not spec.multi_objective:
-        console.print(f"best: trial {best.number} {spec.objectives[0].metric}={best.values[0]:.4g} {best.params}")
+    if best is None or spec.multi_objective:
+        return
+    confirmed = any(t.user_attrs.get("confirmation_of") is not None for t in trials)
+    with warnings.catch_warnings():  # scipy's precision note on near-identical seed differences
+        warnings.simplefilter("ignore", RuntimeWarning)
+        found = verdict(trials, study.directions[0]) if confirmed else None
+    if found is not None:  # the winner of the confirmation stage, against its runner-up
+        console.print(found.text(), highlight=False)
+        console.print(f"params: {found.winner.params}", highlight=False)
+        return
+    shown = stored_interval(best).text()
+    console.print(f"best: trial {best.number} {spec.objectives[0].metric}={shown} {best.params}", highlight=False)
 
 
 def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
     rows = []
     for t in study.get_trials(deepcopy=False):
+        seeds = t.user_attrs.get("seeds")
         rows.append(
             {
                 "number": t.number,
                 "state": t.state.name,
                 "values": t.values,
+                # per objective [low, high] (95 % bootstrap over seeds), null for one seed
+                "value_interval": t.user_attrs.get("value_interval"),
+                "seeds": len(seeds) if isinstance(seeds, list) else None,
+                "confirmation_of": t.user_attrs.get("confirmation_of"),  # a confirmation-stage rerun of that trial
                 "params": t.params,
                 "attempt": t.user_attrs.get("attempt", 1),
                 "retry_of": t.user_attrs.get("retry_of"),  # the chain of one logical trial: #3 <- #5 <- #8
@@ -117,16 +191,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({"study": spec.study, "trials": rows}, default=str, indent=2))
         return 0
     table = Table(title=f"{spec.study} ({spec.storage_label()})")
-    for col in ("#", "retry of", "state", "value", "params", "iter", "wall s", "reason"):
+    for col in ("#", "retry of", "confirms", "state", "value [95% CI]", "seeds", "params", "iter", "wall s", "reason"):
         table.add_column(col)
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for r in rows:
-        value = ", ".join(f"{v:.4g}" for v in r["values"]) if r["values"] else ""
+        trial = by_number[r["number"]]
+        value = ", ".join(_short(stored_interval(trial, i)) for i in range(len(r["values"]))) if r["values"] else ""
         wall = f"{r['wall_s']:.0f}" if r["wall_s"] else ""
         reason = (r["reason"] or "")[:80]
         last = str(r["last_step"] or "")
         retry_of = "" if r["retry_of"] is None else f"#{r['retry_of']}"
+        confirms = "" if r["confirmation_of"] is None else f"#{r['confirmation_of']}"
+        seeds = "" if r["seeds"] is None else str(r["seeds"])
         params = format_params(r["params"])
-        table.add_row(str(r["number"]), retry_of, r["state"], value, params, last, wall, reason)
+        table.add_row(str(r["number"]), retry_of, confirms, r["state"], value, seeds, params, last, wall, reason)
     Console().print(table)
     return 0
 
@@ -140,14 +218,27 @@ def cmd_best(args: argparse.Namespace) -> int:
     if trial is None:
         raise UserError(f"{spec.path}: study '{spec.study}' has no completed trial yet")
     if spec.multi_objective:
-        front = [{"number": t.number, "values": t.values, "params": t.params} for t in pareto_front(study)]
+        front = [
+            {
+                "number": t.number,
+                "values": t.values,
+                "value_interval": t.user_attrs.get("value_interval"),
+                "params": t.params,
+            }
+            for t in pareto_front(study)
+        ]
         print(json.dumps(front, indent=2, default=str))
     else:
+        interval = stored_interval(trial)
         shown = {
             "number": trial.number,
             "value": trial.values[0],
+            "interval": None if interval.low is None else [interval.low, interval.high],
+            "seeds": interval.n,
+            "text": interval.text(),
             "params": trial.params,
             "spread": trial.user_attrs.get("value_spread"),
+            "confirmation_of": trial.user_attrs.get("confirmation_of"),
         }
         print(json.dumps(shown, indent=2, default=str))
     if args.export:
@@ -238,9 +329,16 @@ def validate_spec(args: argparse.Namespace) -> int:
     d = derive(base)
     iters = base.megatron_training.train_iters
     console.print(
-        f"per trial: {iters} iterations x {d.rollouts_per_iteration} rollouts x {spec.seeds} seed(s); "
+        f"per trial: {iters} iterations x {d.rollouts_per_iteration} rollouts x {spec.seeds} seed(s) run at once; "
         f"study: {spec.trials} trials ~ {spec.trials * spec.seeds * iters} GRPO iterations"
     )
+    if spec.confirm is not None:
+        c = spec.confirm
+        console.print(
+            f"confirmation stage: the top {c.top_k} trial(s) again on {c.seeds} fresh seeds each (run at once) ~ "
+            f"{c.top_k * c.seeds * iters} more GRPO iterations "
+            f"(+{c.top_k * c.seeds / (spec.trials * spec.seeds):.0%} of the search)"
+        )
     for w in spec.warnings:
         console.print(f"[yellow]warning[/yellow]: {w}")
     return 0

@@ -3,12 +3,15 @@
     spec -> (config + search space) -> study -> scheduler -> backend runs trial -> metrics -> storage
 
 One loop iteration: reap trials of dead drivers (periodically), fill free slots (ask, build the trial,
-prune infeasible points at once, submit), poll Ray for metrics (persist them, report intermediate values,
-stop pruned trials) and finished trials (decide their outcome, record it), beat the heartbeat. A finished
-trial frees its slot at once; there are no batch barriers. The study stops at ``spec.trials`` trials
-that count (see ``retry.counts_toward_budget``), counted in storage, so several drivers on one study
-share the budget. The parts: ``trial_builder`` (configs and jobs), ``outcome`` (what a finished trial
-means), ``study_store`` (writes Optuna's ``Trial`` does not cover), ``scheduler`` (Ray), ``lease``.
+prune infeasible points at once, submit its seeds together), poll Ray for metrics (persist them, report
+the mean over seeds at the step every seed reached, stop pruned trials) and finished seed jobs (a failed
+seed stops its siblings; when the last seed ends, decide the trial's outcome and record it), beat the
+heartbeat. A finished trial frees its slot at once; there are no batch barriers. The search stops at
+``spec.trials`` trials that count (see ``retry.counts_toward_budget``), counted in storage, so several
+drivers on one study share the budget; then the optional confirmation stage (``confirm:``) reruns the
+best trials on fresh seeds. The parts: ``trial_builder`` (configs and seed jobs), ``outcome`` (what a
+finished trial means), ``study_store`` (writes Optuna's ``Trial`` does not cover), ``scheduler`` (Ray),
+``lease``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,13 @@ import hashlib
 import json
 import math
 import signal
+import statistics
 import sys
 import threading
 import time
+import warnings
+from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -30,14 +37,15 @@ from optuna.trial import TrialState
 
 from grpo._fs import tail_lines
 from grpo.errors import UserError
-from grpo.report.best import best_trial
+from grpo.report.best import best_trial, ranked
+from grpo.report.stats import Interval, verdict
 from grpo.sweep import lease
 from grpo.sweep.backends import TrialBackend, load_backend
-from grpo.sweep.outcome import Complete, Failed, Interrupted, Outcome, Pruned, decide
+from grpo.sweep.outcome import Complete, Failed, Interrupted, Outcome, Pruned, SeedEnd, decide
 from grpo.sweep.preflight import preflight
-from grpo.sweep.retry import counts_toward_budget, fail_and_maybe_retry, holds_budget
+from grpo.sweep.retry import CONFIRMATION_OF, counts_toward_budget, fail_and_maybe_retry, holds_budget, is_confirmation
 from grpo.sweep.samplers import make_pruner, make_sampler
-from grpo.sweep.scheduler import Finished, RayScheduler
+from grpo.sweep.scheduler import Finished, JobKey, RayScheduler
 from grpo.sweep.space import SearchSpace, format_params
 from grpo.sweep.spec import STUDY_NAME, SweepSpec
 from grpo.sweep.study_store import StudyStore, open_study
@@ -53,7 +61,7 @@ CONSTRAINT = "feasible"  # Optuna constraint key: > 0 means the point broke a co
 
 @dataclass
 class _Live:
-    """A trial this driver runs: its Optuna handle and the curves streamed back so far."""
+    """A trial this driver runs: its Optuna handle, its seed jobs and the curves streamed back so far."""
 
     trial: optuna.Trial
     number: int
@@ -61,10 +69,24 @@ class _Live:
     trial_dir: Path
     plan: TrialPlan
     started_wall: float
+    confirmation_of: int | None = None  # the search trial it reruns on fresh seeds (never pruned)
     curves: dict[int, dict[str, list[tuple[int, float]]]] = field(default_factory=dict)  # seed -> metric -> points
     last_iteration: dict[int, int] = field(default_factory=dict)  # seed -> iteration
+    running: set[int] = field(default_factory=set)  # indices of the seed jobs still running
+    ends: list[SeedEnd] = field(default_factory=list)  # the seed jobs that ended, in the order they did
+    results: dict[int, tuple[float, dict[str, Any]]] = field(default_factory=dict)  # index -> (end time, result)
     stop_reason: str | None = None
     pruned_note: str | None = None  # where and at what value the pruner stopped it
+    stepped: int = 0  # the common step the intermediate values have been reported up to
+    last_report: tuple[int, float] | None = None  # (step, value) of the last intermediate value reported
+
+    def job_keys(self) -> list[JobKey]:
+        """The scheduler keys of the seed jobs still running."""
+        return [(self.number, index) for index in sorted(self.running)]
+
+    def common_step(self) -> int:
+        """The furthest iteration every seed has reached (a seed that ended keeps its last one)."""
+        return min(self.last_iteration.get(run.seed, 0) for run in self.plan.runs)
 
 
 @dataclass(frozen=True)
@@ -86,9 +108,10 @@ _LOST_RACE = _LostRace()
 class RunningTrial:
     number: int
     params: dict[str, Any]
-    seed: int | None  # the seed that got furthest
-    iteration: int
-    objective_so_far: float | None
+    seeds: int  # seeds running in parallel
+    iteration: int  # the step every seed has reached
+    objective_so_far: float | None  # mean over seeds of the objective up to that step
+    confirmation_of: int | None = None
 
 
 @dataclass(frozen=True)
@@ -150,10 +173,20 @@ def forked(spec: SweepSpec, name: str) -> SweepSpec:
     return spec.model_copy(update={"study": name})
 
 
+TrialFinished = Callable[[optuna.Study], None]
+
+
 def run_study(
-    spec: SweepSpec, *, no_plan: bool = False, quiet: bool = True, progress: Progress | None = None
+    spec: SweepSpec,
+    *,
+    no_plan: bool = False,
+    quiet: bool = True,
+    progress: Progress | None = None,
+    on_trial_finished: TrialFinished | None = None,
 ) -> StudyRun:
-    """Run or resume ``spec``'s study until it has ``spec.trials`` counted trials."""
+    """Run or resume ``spec``'s study until it has ``spec.trials`` counted trials (then its confirmation
+    stage, when the spec has one). ``on_trial_finished(study)`` is called after each trial's outcome is
+    recorded (e.g. to refresh the report); an exception in it is a warning, never the study's end."""
     space = SearchSpace.from_spec(spec)
     backend = load_backend(spec)
     checks = preflight(spec, space, backend, no_plan=no_plan)  # raises UserError before anything is written
@@ -164,7 +197,9 @@ def run_study(
     study.sampler = make_sampler(spec, space, seed=sampler_seed(spec, study, me))
     study.pruner = make_pruner(spec)
     builder = TrialBuilder(spec, space, backend, checks.base_cfg, (me["host"], me["pid"]), no_plan=no_plan)
-    driver = _Driver(spec, space, backend, study, builder, me, quiet=quiet, progress=progress)
+    driver = _Driver(
+        spec, space, backend, study, builder, me, quiet=quiet, progress=progress, on_trial_finished=on_trial_finished
+    )
     driver.loop()
     return StudyRun(study, driver.interrupted)
 
@@ -194,11 +229,13 @@ class _Driver:
         *,
         quiet: bool,
         progress: Progress | None,
+        on_trial_finished: TrialFinished | None = None,
     ):
         self.spec, self.space, self.backend, self.study = spec, space, backend, study
         self.store = StudyStore(study)
         self.builder, self.me = builder, me
         self.quiet, self.progress = quiet, progress
+        self.on_trial_finished = on_trial_finished
         self.live: dict[int, _Live] = {}
         self.pending: _Live | None = None  # asked, but waiting for room on the cluster
         self.pruning = not spec.multi_objective  # Optuna's report/should_prune are single-objective
@@ -206,6 +243,7 @@ class _Driver:
         self.interrupted = False
         self.exhausted = False  # the sampler only repeats points that already ran
         self.infeasible_in_a_row = self.duplicates_in_a_row = 0
+        self.stage_started = False  # this run has enqueued what the confirmation stage lacked
 
     # -- budget ---------------------------------------------------------------------------------------
     def _budget_left(self) -> int:
@@ -215,6 +253,20 @@ class _Driver:
         """Two drivers may both see one budget slot left: the trial with the larger number yields."""
         ahead = sum(1 for t in self.study.get_trials(deepcopy=False) if t.number < number and holds_budget(t))
         return ahead < self.spec.trials
+
+    def _search_spent(self) -> bool:
+        return self.exhausted or self._budget_left() <= 0
+
+    def _search_finished(self) -> bool:
+        """The search is over and none of its trials runs here: the confirmation stage may rank them."""
+        if self.pending is not None or any(lv.confirmation_of is None for lv in self.live.values()):
+            return False
+        counted = sum(1 for t in self.study.get_trials(deepcopy=False) if counts_toward_budget(t))
+        return self.exhausted or counted >= self.spec.trials
+
+    def _confirmations_waiting(self) -> bool:
+        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        return any(is_confirmation(t) for t in waiting)
 
     # -- main loop ------------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -229,18 +281,19 @@ class _Driver:
                         for live in self.live.values():
                             if live.stop_reason is None:
                                 live.stop_reason = "interrupted"
-                                self.sched.stop(live.number, "interrupted")
+                                self._stop(live, "interrupted")
                     elif interrupt.count >= 2:
-                        for number in list(self.live):
-                            self.sched.kill(number)
-                    if interrupt.count == 0 and not self.exhausted:
+                        for live in self.live.values():
+                            for key in live.job_keys():
+                                self.sched.kill(key)
+                    if interrupt.count == 0:
                         self._fill_slots()
-                    done = interrupt.count or self.exhausted or self._budget_left() <= 0
-                    if not self.live and self.pending is None and done:
+                        if self.spec.confirm is not None and not self.stage_started and self._search_finished():
+                            self._start_confirmation()
+                    if not self.live and self.pending is None and (interrupt.count or self._finished()):
                         break
                     finished, events = self.sched.poll(POLL_S if self.live else 0.01)
-                    for number, evs in events.items():
-                        self._on_events(number, evs)
+                    self._on_events(events)
                     for fin in finished:
                         self._on_finished(fin)
                     self._check_timeouts()
@@ -260,11 +313,22 @@ class _Driver:
                 if self.progress is not None:
                     self.progress.update(self.snapshot())
 
+    def _finished(self) -> bool:
+        """Nothing is left to ask: the search is spent and the confirmation stage (if any) has nothing waiting."""
+        if not self._search_spent():
+            return False
+        if self.spec.confirm is not None and not self.stage_started:
+            return False
+        return not self._confirmations_waiting()
+
     # -- asking ---------------------------------------------------------------------------------------
+    def _may_ask(self) -> bool:
+        return not self._search_spent() or self._confirmations_waiting()
+
     def _fill_slots(self) -> None:
         while len(self.live) < self.spec.concurrency:
             if self.pending is None:
-                if self._budget_left() <= 0 or self.exhausted:
+                if not self._may_ask():
                     return
                 asked = self._ask()
                 if isinstance(asked, _LostRace):
@@ -275,7 +339,8 @@ class _Driver:
                 self.infeasible_in_a_row = self.duplicates_in_a_row = 0
                 self.pending = asked
             live = self.pending
-            if not self.sched.fits(live.plan.options):  # wait for room: ours frees as trials end
+            # Gang admission: all its seeds start at once or none does (ours frees as trials end).
+            if not self.sched.fits(live.plan.options, count=len(live.plan.jobs)):
                 return
             self.pending = None
             self._submit(live)
@@ -305,13 +370,25 @@ class _Driver:
                 return t.number
         return None
 
+    def _confirmed_before(self, source: int, number: int) -> int | None:
+        """The first confirmation trial of ``source`` enqueued before trial ``number`` (retries aside)."""
+        for t in self.study.get_trials(deepcopy=False):
+            if (
+                t.number < number
+                and t.user_attrs.get(CONFIRMATION_OF) == source
+                and t.user_attrs.get("retry_of") is None
+            ):
+                return t.number
+        return None
+
     def _ask(self) -> _Live | _Skipped | _LostRace:
         """Ask Optuna for a point and build its trial: the trial to launch, a skipped point, or ``_LOST_RACE``."""
         trial = self.study.ask()
         trial.set_user_attr("driver", self.me)  # heartbeat: datetime_start until the first beat
         params = self.space.suggest(trial)
         number = trial.number
-        if trial.user_attrs.get("retry_of") is None:
+        confirmation_of = trial.user_attrs.get(CONFIRMATION_OF)
+        if trial.user_attrs.get("retry_of") is None and confirmation_of is None:
             earlier = self._ran_before(params, number)
             if earlier is not None:  # a restart's or another driver's sampler repeating a point: never rerun
                 # FAIL, not PRUNED: samplers learn from PRUNED trials (TPE ranks one without values worst),
@@ -320,7 +397,16 @@ class _Driver:
                 trial.set_user_attr("failure_reason", f"not run: the same parameters as trial {earlier}")
                 self.study.tell(trial, state=TrialState.FAIL)
                 return _Skipped(f"same parameters as trial {earlier}", duplicate_of=earlier)
-        if not self._within_budget(number):
+        if confirmation_of is not None and trial.user_attrs.get("retry_of") is None:
+            first = self._confirmed_before(confirmation_of, number)
+            if first is not None:  # two drivers reached the stage at once and both enqueued it: run one
+                trial.set_user_attr("infeasible", True)
+                trial.set_user_attr(
+                    "failure_reason", f"not run: trial {first} already confirms trial {confirmation_of}"
+                )
+                self.study.tell(trial, state=TrialState.FAIL)
+                return _Skipped(f"trial {first} already confirms trial {confirmation_of}")
+        if confirmation_of is None and not self._within_budget(number):
             trial.set_user_attr("infeasible", True)
             trial.set_user_attr("pruned_reason", "not run: the study reached its trial budget (another driver)")
             self.study.tell(trial, state=TrialState.PRUNED)
@@ -332,10 +418,13 @@ class _Driver:
         self.store.record_retry_lineage(trial)
         trial_dir = (self.spec.study_dir / "trials" / str(number)).resolve()
         resume_from = trial.user_attrs.get("resume_from")
+        # A confirmation trial carries its seeds (fresh, and the same for every confirmation trial).
+        carried = trial.user_attrs.get("seeds") if confirmation_of is not None else None
+        seeds = [int(s) for s in carried] if carried else self.builder.seeds(list(range(self.spec.seeds)))
         try:
-            plan = self.builder.build(number, params, trial_dir, resume_from)
-            if not self.sched.can_ever_fit(plan.options):
-                raise UserError(f"trial needs {plan.options} but the cluster has {self.sched.total}")
+            plan = self.builder.build(number, params, trial_dir, resume_from, seeds)
+            if not self.sched.can_ever_fit(plan.options, count=len(seeds)):
+                raise UserError(self._never_fits(plan.options, len(seeds), confirmation_of is not None))
         except UserError as err:
             reason = "; ".join(err.problems)
             trial.set_user_attr("infeasible", True)
@@ -350,7 +439,7 @@ class _Driver:
         attrs: dict[str, Any] = {
             "overrides": plan.overrides,
             "config": plan.config,
-            "seeds": [r.seed for r in plan.job.runs],
+            "seeds": seeds,
             "trial_dir": str(trial_dir),
             "resources": plan.options,
         }
@@ -358,19 +447,37 @@ class _Driver:
             attrs["attempt"] = 1
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
-        live = _Live(trial, number, params, trial_dir, plan, started_wall=time.time())
-        if resume_from and plan.job.resume:
-            start_at, history = adopted_history(resume_from, plan.job.runs)
+        live = _Live(trial, number, params, trial_dir, plan, started_wall=time.time(), confirmation_of=confirmation_of)
+        if resume_from and plan.resumed:
+            start_at, history = adopted_history(resume_from, plan.jobs)
             for seed, iteration, metrics in history:
                 self._record(live, seed, iteration, metrics)
+            self._report_progress(live)
             trial.set_user_attr("resumed_at_iteration", {str(k): v for k, v in start_at.items()})
         return live
 
+    def _never_fits(self, options: dict[str, Any], count: int, confirmation: bool) -> str:
+        if count == 1:
+            return f"trial needs {options} but the cluster has {self.sched.total}"
+        key = "confirm.seeds" if confirmation else "seeds"
+        return (
+            f"the trial's {count} seeds ({key}) run at once, each with {options}, but the cluster has "
+            f"{self.sched.total}; lower {key} or give the cluster more"
+        )
+
     def _submit(self, live: _Live) -> None:
-        self.sched.submit(live.number, live.plan.job, live.plan.options)
+        for job in live.plan.jobs:
+            self.sched.submit((live.number, job.index), job, live.plan.options)
+        live.running = {job.index for job in live.plan.jobs}
         live.started_wall = time.time()
         self.live[live.number] = live
-        self._say(f"trial {live.number} started: {format_params(live.params)}")
+        stage = f" (confirms trial {live.confirmation_of})" if live.confirmation_of is not None else ""
+        seeds = f", {len(live.plan.jobs)} seeds" if len(live.plan.jobs) > 1 else ""
+        self._say(f"trial {live.number} started{stage}: {format_params(live.params)}{seeds}")
+
+    def _stop(self, live: _Live, reason: str) -> None:
+        for key in live.job_keys():
+            self.sched.stop(key, reason)
 
     def _abandon_pending(self) -> None:
         if self.pending is not None:  # asked but never launched: give it back as a retry, no attempt used
@@ -381,7 +488,7 @@ class _Driver:
 
     # -- metrics --------------------------------------------------------------------------------------
     def _record(self, live: _Live, seed: int, iteration: int, metrics: dict[str, Any]) -> None:
-        if iteration <= live.last_iteration.get(seed, 0):
+        if iteration <= live.last_iteration.get(seed, -1):  # -1: iteration 0 is the base policy's evaluation
             return  # already have it (a resumed run re-reporting, or a duplicate)
         live.last_iteration[seed] = iteration
         curves = live.curves.setdefault(seed, {})
@@ -390,78 +497,148 @@ class _Driver:
                 curves.setdefault(name, []).append((iteration, float(value)))
         with open(live.trial_dir / "metrics.jsonl", "a") as fh:
             fh.write(json.dumps({"iteration": iteration, "seed": seed, **metrics}) + "\n")
-        if self.pruning and seed == live.plan.job.runs[0].seed:
-            value = self._objective_so_far(live, seed, 0)
-            if value is not None and math.isfinite(value):
-                live.trial.report(value, step=iteration)
 
-    def _on_events(self, number: int, events: list[Event]) -> None:
-        live = self.live.get(number)
-        if live is None or not events:
-            return
-        for seed, iteration, metrics in events:
-            self._record(live, seed, iteration, metrics)
-        first = live.plan.job.runs[0]
-        reached = live.last_iteration.get(first.seed, 0)
-        if reached >= first.cfg.megatron_training.train_iters:
+    def _report_progress(self, live: _Live) -> bool:
+        """Report the mean over seeds at each step every seed has now reached; True when the step moved.
+
+        Seeds run in parallel and drift apart: the pruner sees a step only once the slowest seed is
+        there, so each intermediate value averages the same iterations of every seed.
+        """
+        step = live.common_step()
+        if step <= live.stepped:
+            return False
+        if self.pruning:
+            for t in range(live.stepped + 1, step + 1):
+                value = self._objective_so_far(live, 0, t)
+                if value is not None and math.isfinite(value):
+                    live.trial.report(value, step=t)
+                    live.last_report = (t, value)
+        live.stepped = step
+        return True
+
+    def _on_events(self, events: dict[JobKey, list[Event]]) -> None:
+        moved: set[int] = set()
+        for (number, _), evs in events.items():
+            live = self.live.get(number)
+            if live is None or not evs:
+                continue
+            for seed, iteration, metrics in evs:
+                self._record(live, seed, iteration, metrics)
+            moved.add(number)
+        for number in sorted(moved):
+            live = self.live[number]
+            if self._report_progress(live):
+                self._maybe_prune(live)
+
+    def _maybe_prune(self, live: _Live) -> None:
+        if not self.pruning or live.stop_reason is not None or live.confirmation_of is not None:
+            return  # confirmation trials are never pruned: they exist to measure the winner
+        iters = live.plan.train_iters
+        if live.common_step() >= iters or live.last_report is None:
             return  # it ran all its iterations: it completes, it is never pruned at its last step
-        if self.pruning and live.stop_reason is None and live.trial.should_prune():
-            live.stop_reason = "pruned"
-            objective = self.spec.objectives[0]
-            value = self._objective_so_far(live, first.seed, 0)
-            shown = "none" if value is None else f"{value:.4g}"
-            live.pruned_note = (
-                f"pruned by the {self.spec.pruner.name} pruner at iteration {reached} of "
-                f"{first.cfg.megatron_training.train_iters}: {objective.metric} ({objective.reduce}) so far {shown}"
-            )
-            self.sched.stop(number, "pruned")
+        if not live.trial.should_prune():
+            return
+        live.stop_reason = "pruned"
+        objective = self.spec.objectives[0]
+        step, value = live.last_report
+        seeds = len(live.plan.jobs)
+        live.pruned_note = (
+            f"pruned by the {self.spec.pruner.name} pruner at iteration {step} of {iters}: "
+            f"{objective.metric} ({objective.reduce}) so far {value:.4g}"
+            + (f", mean of {seeds} seeds" if seeds > 1 else "")
+        )
+        self._stop(live, "pruned")
 
-    def _objective_so_far(self, live: _Live, seed: int, index: int) -> float | None:
+    def _seed_value(self, live: _Live, seed: int, index: int, upto: int | None = None) -> float | None:
+        """Objective ``index`` reduced over one seed's curve (up to iteration ``upto`` when given)."""
         points = live.curves.get(seed, {}).get(self.spec.objectives[index].metric)
+        if points and upto is not None:
+            points = points[: bisect_right(points, upto, key=lambda p: p[0])]  # iterations ascend
         if not points:
             return None
         return self.reducers[index].reduce([v for _, v in points])
 
+    def _objective_so_far(self, live: _Live, index: int, upto: int) -> float | None:
+        """The mean over seeds of objective ``index`` reduced over each seed's curve up to ``upto``."""
+        values = [self._seed_value(live, run.seed, index, upto) for run in live.plan.runs]
+        known = [v for v in values if v is not None]
+        return statistics.fmean(known) if known and len(known) == len(values) else None
+
     # -- finishing ------------------------------------------------------------------------------------
     def _on_finished(self, fin: Finished) -> None:
-        live = self.live.pop(fin.key)
+        number, index = fin.key
+        live = self.live.get(number)
+        if live is None:
+            return
         result = fin.result or {}
-        wall = time.time() - live.started_wall
-        usage = {
-            "wall_s": wall,
-            "cpu_s": float(result.get("cpu_s", 0.0)),
-            "npu_s": wall * self.backend.devices_held(live.plan.options),
-            "node": result.get("node"),
-            "devices": result.get("devices") or [],
-        }
-        for key, value in usage.items():
-            if value or key == "wall_s":  # unset = zero / none: one journal write less
-                live.trial.set_user_attr(key, value)
-        runs = live.plan.job.runs
+        live.running.discard(index)
+        live.results[index] = (time.time(), result)
+        seed = live.plan.jobs[index].run.seed
+        live.ends.append(SeedEnd(seed, fin.error, result))
+        died = fin.error is not None and live.stop_reason not in ("timeout", "interrupted")
+        if (died or result.get("status") == "failed") and live.stop_reason is None and live.running:
+            # The trial fails with this seed; its siblings stop (the retry resumes each from its checkpoint).
+            live.stop_reason = "failed"
+            self._stop(live, "failed")
+            self._say(f"trial {number}: seed {seed} failed; stopping its other seeds")
+        if live.running:
+            return
+        del self.live[number]
+        self._record_usage(live)
         outcome = decide(
-            worker_error=fin.error,
-            result=result,
+            seeds=live.ends,
             stop_reason=live.stop_reason,
             timeout_s=self.spec.timeout_per_trial,
             objectives=[o.metric for o in self.spec.objectives],
-            seed_values=[[self._objective_so_far(live, r.seed, i) for r in runs] for i in range(len(self.reducers))],
+            seed_values=[
+                [self._seed_value(live, r.seed, i) for r in live.plan.runs] for i in range(len(self.reducers))
+            ],
             reported=sorted({m for curves in live.curves.values() for m in curves}),
             log_lines=_tail(live),
         )
         self._record_outcome(live, outcome)
+        if live.confirmation_of is not None:
+            self._maybe_print_verdict()
+        if self.on_trial_finished is not None:
+            try:
+                self.on_trial_finished(self.study)
+            except Exception as err:  # e.g. the report: it must never end the study
+                self._say(f"warning: after trial {number}: {type(err).__name__}: {err}")
+
+    def _record_usage(self, live: _Live) -> None:
+        """Wall time, CPU- and device-seconds summed over the seeds, and where they ran."""
+        ended = time.time()
+        results = [result for _, result in live.results.values()]
+        held = self.backend.devices_held(live.plan.options)
+        usage = {
+            "wall_s": ended - live.started_wall,
+            "cpu_s": sum(float(r.get("cpu_s", 0.0)) for r in results),
+            "npu_s": sum(end - live.started_wall for end, _ in live.results.values()) * held,
+            "node": ",".join(sorted({str(r["node"]) for r in results if r.get("node")})) or None,
+            "devices": [r["devices"] for r in results if r.get("devices")],
+        }
+        for key, value in usage.items():
+            if value or key == "wall_s":  # unset = zero / none: one journal write less
+                live.trial.set_user_attr(key, value)
 
     def _record_outcome(self, live: _Live, outcome: Outcome) -> None:
         trial, number = live.trial, live.number
         if isinstance(outcome, Complete):
             trial.set_user_attr("values_per_seed", outcome.per_seed)
             trial.set_user_attr("value_spread", outcome.spreads)
+            trial.set_user_attr("value_interval", outcome.intervals)
             self.study.tell(trial, outcome.values if self.spec.multi_objective else outcome.values[0])
-            shown = ", ".join(f"{o.metric}={v:.4g}" for o, v in zip(self.spec.objectives, outcome.values, strict=True))
+            shown = ", ".join(
+                f"{o.metric}={interval_text(v, iv, len(seeds))}"
+                for o, v, iv, seeds in zip(
+                    self.spec.objectives, outcome.values, outcome.intervals, outcome.per_seed, strict=True
+                )
+            )
             self._say(f"trial {number} complete: {shown}")
         elif isinstance(outcome, Pruned):
             trial.set_user_attr("pruned_reason", live.pruned_note or outcome.reason)
             self.study.tell(trial, state=TrialState.PRUNED)
-            self._say(f"trial {number} pruned at iteration {max(live.last_iteration.values(), default=0)}")
+            self._say(f"trial {number} pruned at iteration {live.common_step()}")
         elif isinstance(outcome, Interrupted):
             fail_and_maybe_retry(
                 self.store, self.store.frozen(trial), outcome.reason, self.spec.retries,
@@ -480,30 +657,68 @@ class _Driver:
                 f"trial {number} failed: {outcome.reason}" + (" (will retry)" if retried else " (no retries left)")
             )
 
+    # -- confirmation stage ---------------------------------------------------------------------------
+    def _start_confirmation(self) -> None:
+        """Enqueue the confirmation trials that are missing: the ``top_k`` best complete search trials'
+        parameters on fresh seeds. Idempotent: a source that already has a confirmation trial (in any
+        state: retries carry ``confirmation_of``) gets none, so a rerun adds only what a crash lost."""
+        confirm = self.spec.confirm
+        assert confirm is not None
+        self.stage_started = True
+        trials = self.study.get_trials(deepcopy=False)
+        covered = {t.user_attrs[CONFIRMATION_OF] for t in trials if is_confirmation(t)}
+        top = [t for t in ranked(self.study) if not is_confirmation(t)][: confirm.top_k]
+        missing = [t for t in top if t.number not in covered]
+        if not missing:
+            return
+        seeds = self.builder.seeds(self.spec.confirmation_seed_offsets())
+        for source in missing:
+            attrs = {CONFIRMATION_OF: source.number, "attempt": 1, "seeds": seeds}
+            self.store.enqueue_confirmation(source.params, attrs)
+        sources = ", ".join(str(t.number) for t in missing)
+        self._say(f"confirmation stage: trial(s) {sources} rerun on fresh seeds {seeds}")
+
+    def _maybe_print_verdict(self) -> None:
+        """Once no confirmation trial runs or waits any more: the winner, its interval, and whether it is
+        distinguishable from the runner-up."""
+        if any(lv.confirmation_of is not None for lv in self.live.values()):
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        if any(is_confirmation(t) and t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials):
+            return
+        with warnings.catch_warnings():  # scipy's precision note on near-identical seed differences
+            warnings.simplefilter("ignore", RuntimeWarning)
+            found = verdict(trials, self.study.directions[0])
+        if found is not None:
+            self._say(found.text())
+
     def _check_timeouts(self) -> None:
         limit = self.spec.timeout_per_trial
         if not limit:
             return
         now = time.monotonic()
-        for number, live in self.live.items():
-            started = self.sched.started_at(number)
-            if started is None or now - started <= limit:
+        for live in self.live.values():
+            keys = live.job_keys()
+            starts = [t for t in (self.sched.started_at(k) for k in keys) if t is not None]
+            if not starts or now - min(starts) <= limit:
                 continue
-            if live.stop_reason != "timeout":
+            if live.stop_reason not in ("timeout", "failed"):  # a failed seed's siblings are already stopping
                 live.stop_reason = "timeout"
-                self.sched.stop(number, "timeout")
-            elif now - (self.sched.stop_sent_at(number) or now) > min(TIMEOUT_KILL_GRACE_S, limit):
-                self.sched.kill(number)
+                self._stop(live, "timeout")
+                continue
+            sent = [t for t in (self.sched.stop_sent_at(k) for k in keys) if t is not None]
+            if now - min(sent, default=now) > min(TIMEOUT_KILL_GRACE_S, limit):
+                for key in keys:
+                    self.sched.kill(key)
 
     # -- what the user sees ---------------------------------------------------------------------------
     def snapshot(self) -> ProgressSnapshot:
         trials = self.study.get_trials(deepcopy=False)
         running = []
         for number, live in sorted(self.live.items()):
-            seed = max(live.last_iteration, key=lambda s: live.last_iteration[s], default=None)
-            value = self._objective_so_far(live, seed, 0) if seed is not None else None
-            iteration = live.last_iteration.get(seed, 0) if seed is not None else 0
-            running.append(RunningTrial(number, live.params, seed, iteration, value))
+            step = live.common_step()
+            value = self._objective_so_far(live, 0, step) if step else None
+            running.append(RunningTrial(number, live.params, len(live.plan.jobs), step, value, live.confirmation_of))
         best = best_trial(self.study) if not self.spec.multi_objective else None
         counted = sum(1 for t in trials if counts_toward_budget(t))
         return ProgressSnapshot(counted, running, (best.number, best.values[0]) if best is not None else None)
@@ -515,9 +730,19 @@ class _Driver:
             print(message, flush=True)
 
 
+def interval_text(value: float, interval: list[float] | None, seeds: int) -> str:
+    """A trial's value as ``stats.Interval.text`` shows it: mean, 95 % interval, seeds."""
+    low, high = interval if interval else (None, None)
+    return Interval(value, low, high, seeds).text()
+
+
 def _tail(live: _Live, n: int = 20) -> list[str]:
-    """The last log lines of the trial's furthest seed run that wrote any."""
-    lines: list[str] = []
-    for run in live.plan.job.runs:
-        lines = tail_lines(Path(run.run_dir) / "train.log", n) or lines
-    return lines
+    """The last log lines of the seed that failed first, else of the last seed run that wrote any."""
+    failed = [e.seed for e in live.ends if e.worker_error is not None or e.result.get("status") == "failed"]
+    runs = live.plan.runs
+    order = [r for r in runs if failed and r.seed == failed[0]] or list(reversed(runs))
+    for run in order:
+        lines = tail_lines(Path(run.run_dir) / "train.log", n)
+        if lines:
+            return lines
+    return []

@@ -68,7 +68,9 @@ class LayoutRow:
             return "invalid"
         if not self.estimate.feasible:
             return "does not fit"
-        return "blocked" if self.launch_problems else "fits"
+        if self.launch_problems:
+            return "blocked"
+        return "fits" if self.estimate.estimated else "not estimated"  # MoE/MLA: neither pruned nor vouched for
 
 
 def _spec_points(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -137,8 +139,8 @@ def _why(row: LayoutRow) -> str:
     est = row.estimate
     if est is None:
         return _without_file(row.problem or "")
-    if not est.feasible:
-        return est.reason
+    if not est.feasible or not est.estimated:
+        return "; ".join([est.reason, *(_without_file(p) for p in row.launch_problems)])
     headroom = est.usable_gb - max(est.train_peak_gb, est.generation_peak_gb)
     parts = [f"{headroom:.1f} GiB headroom", *est.notes, *(_without_file(p) for p in row.launch_problems)]
     parts += [f"warning: {_without_file(p)}" for p in row.launch_warnings]
@@ -172,8 +174,12 @@ def rows_table(rows: list[LayoutRow], device_memory_gb: float) -> Table:
         if est is None:
             table.add_row(row.label, "", "", "", "", "", "", "[red]invalid[/red]", _why(row))
             continue
-        colour = {"fits": "green", "blocked": "yellow"}.get(row.verdict, "red")
+        colour = {"fits": "green", "blocked": "yellow", "not estimated": "yellow"}.get(row.verdict, "red")
         reason = _why(row)
+        if not est.estimated:  # the figures are NaN: say nothing rather than "nan"
+            table.add_row(row.label, f"{est.train_tp}x{est.train_pp}x{est.train_dp}", str(est.infer_tp),
+                          "", "", "", "", f"[{colour}]{row.verdict}[/{colour}]", reason)  # fmt: skip
+            continue
         table.add_row(
             row.label,
             f"{est.train_tp}x{est.train_pp}x{est.train_dp}",

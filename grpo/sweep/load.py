@@ -60,8 +60,9 @@ def _problems(error: ValidationError, source: str, objective_was_list: bool) -> 
             loc = ("objective", *loc[2:])  # the user wrote one mapping, not a list
         if message.startswith("k: "):
             return (*loc, "k"), message[3:]
-        if message.startswith("objective: "):
-            return ("objective",), message[len("objective: ") :]
+        for key in ("objective", "confirm"):  # a whole-spec rule about one key: shown at that key
+            if message.startswith(f"{key}: "):
+                return (key,), message[len(key) + 2 :]
         return loc, message
 
     return validation_lines(error, source, suggest=_suggest_spec_key, plain_values=True, relocate=relocate)

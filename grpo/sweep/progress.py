@@ -62,12 +62,15 @@ class LiveProgress:
         self._bar.update(self._task, completed=snapshot.counted)
         objective = self.spec.objectives[0]
         table = Table(title="running trials", expand=False)
-        for col in ("#", "params", "seed", "iteration", f"{objective.metric} ({objective.reduce})"):
+        # The iteration is the step every seed of the trial has reached; the value is the seeds' mean there.
+        for col in ("#", "params", "seeds", "iteration", f"{objective.metric} ({objective.reduce})"):
             table.add_column(col)
         for trial in snapshot.running:
             value = "" if trial.objective_so_far is None else f"{trial.objective_so_far:.4g}"
-            seed = "" if trial.seed is None else str(trial.seed)
-            table.add_row(str(trial.number), format_params(trial.params), seed, str(trial.iteration), value)
+            number = str(trial.number)
+            if trial.confirmation_of is not None:
+                number += f" (confirms {trial.confirmation_of})"
+            table.add_row(number, format_params(trial.params), str(trial.seeds), str(trial.iteration), value)
         if self.spec.multi_objective:
             best = ""
         elif snapshot.best is None:

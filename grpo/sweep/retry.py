@@ -1,5 +1,5 @@
 """Failing a trial and scheduling its retry: same parameters, next attempt, resume from its checkpoint;
-and which finished trials count toward a study's trial budget."""
+and which finished trials count toward a study's trial budget (confirmation trials never do)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.sweep.study_store import StudyStore
+
+CONFIRMATION_OF = "confirmation_of"  # trial attr: the search trial a confirmation trial reruns
 
 
 def fail_and_maybe_retry(
@@ -36,17 +38,27 @@ def fail_and_maybe_retry(
         retry_attrs: dict[str, Any] = {"retry_of": trial.number, "attempt": next_attempt}
         if resumable and trial.user_attrs.get("trial_dir"):
             retry_attrs["resume_from"] = trial.user_attrs["trial_dir"]
+        if is_confirmation(trial):  # the retry stays a confirmation trial: same seeds, no budget
+            retry_attrs[CONFIRMATION_OF] = trial.user_attrs[CONFIRMATION_OF]
+            if trial.user_attrs.get("seeds"):
+                retry_attrs["seeds"] = list(trial.user_attrs["seeds"])
         store.enqueue_retry(trial, retry_attrs)
     return retry
+
+
+def is_confirmation(trial: FrozenTrial) -> bool:
+    """A trial of the confirmation stage (it reruns a search trial's parameters on fresh seeds)."""
+    return trial.user_attrs.get(CONFIRMATION_OF) is not None
 
 
 def counts_toward_budget(trial: FrozenTrial) -> bool:
     """Finished trials that count toward ``trials``: COMPLETE, PRUNED by the pruner, FAIL given up.
 
-    Points pruned at sampling time for breaking a config rule (``infeasible``) do not count, and nor do
-    failures that were retried (their retry counts instead).
+    Points pruned at sampling time for breaking a config rule (``infeasible``) do not count, nor do
+    failures that were retried (their retry counts instead), nor confirmation trials (the stage runs
+    after the budget is spent).
     """
-    if trial.user_attrs.get("infeasible"):
+    if trial.user_attrs.get("infeasible") or is_confirmation(trial):
         return False
     if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
@@ -56,5 +68,7 @@ def counts_toward_budget(trial: FrozenTrial) -> bool:
 
 
 def holds_budget(trial: FrozenTrial) -> bool:
-    """Counts toward the budget, or is running (a real trial, not an infeasible point being told)."""
-    return counts_toward_budget(trial) or (trial.state == TrialState.RUNNING and not trial.user_attrs.get("infeasible"))
+    """Counts toward the budget, or is a running search trial (not an infeasible point being told)."""
+    if counts_toward_budget(trial):
+        return True
+    return trial.state == TrialState.RUNNING and not trial.user_attrs.get("infeasible") and not is_confirmation(trial)

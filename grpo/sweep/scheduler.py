@@ -1,10 +1,13 @@
-"""Dispatching trials to Ray: admission by resources, a pool of reusable worker actors, polling.
+"""Dispatching seed jobs to Ray: gang admission by resources, a pool of reusable worker actors, polling.
 
-Each trial runs on a ``TrialWorker`` actor created with the Ray options its backend asks for
-(``{"num_cpus": 1}`` for a CPU trial, ``{"resources": {"NPU": 8}}`` for an NPU one). The actor holds
-those resources for as long as it lives, so Ray's own accounting keeps trials (and MindSpeed-RL's
-placement groups inside them) from fighting over devices. Idle actors are kept for the next trial of
-the same shape (no new worker process per trial) and killed when another shape needs their room.
+A trial with ``k`` seeds is ``k`` jobs, keyed ``(trial number, seed index)``. Each job runs on a
+``TrialWorker`` actor created with the Ray options the trial's backend asks for (``{"num_cpus": 1}``
+for a CPU trial, ``{"resources": {"NPU": 8}}`` for an NPU one). The actor holds those resources for as
+long as it lives, so Ray's own accounting keeps jobs (and MindSpeed-RL's placement groups inside them)
+from fighting over devices. The driver admits a trial only when all its seeds fit at once
+(``fits(options, count=k)``): a half-started trial would hold resources while its other seeds wait,
+and two such trials could wait on each other forever. Idle actors are kept for the next job of the
+same shape (no new worker process per job) and killed when another shape needs their room.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo.sweep.worker import TrialJob, TrialWorker
+from grpo.sweep.worker import SeedJob, TrialWorker
+
+JobKey = tuple[int, int]  # (trial number, seed index)
 
 DRAIN_EVERY_S = 0.5  # metrics latency for pruning: an iteration of a real trial takes seconds at least
 
@@ -36,21 +41,21 @@ class _Slot:
     actor: Any  # a Ray actor handle of TrialWorker
     shape: tuple
     ref: Any = None  # the ObjectRef of its current run
-    key: int | None = None
+    key: JobKey | None = None
     started: float = 0.0
     stop_sent: float | None = None
 
 
 @dataclass
 class Finished:
-    key: int
+    key: JobKey
     result: dict | None
     error: str | None = None  # the worker process died (killed, OOM-killed, node lost)
 
 
 @dataclass
 class RayScheduler:
-    """Runs trial jobs on a Ray cluster: ``local`` (started here), ``auto`` or ``ray://host:port``."""
+    """Runs seed jobs on a Ray cluster: ``local`` (started here), ``auto`` or ``ray://host:port``."""
 
     address: str = "local"
     num_cpus: int | None = None
@@ -59,7 +64,7 @@ class RayScheduler:
     _idle: list = field(default_factory=list)
     _started_ray: bool = False
     _last_drain: float = 0.0
-    _drains: dict = field(default_factory=dict)  # trial -> drain ref in flight
+    _drains: dict = field(default_factory=dict)  # job -> drain ref in flight
 
     def __post_init__(self) -> None:
         import ray
@@ -90,19 +95,27 @@ class RayScheduler:
                 used[k] = used.get(k, 0.0) + v
         return used
 
-    def can_ever_fit(self, options: dict) -> bool:
-        return all(self._total.get(k, 0.0) >= v for k, v in _demand(_shape(options)).items())
+    def can_ever_fit(self, options: dict, count: int = 1) -> bool:
+        """True when ``count`` jobs with these options fit the empty cluster at once."""
+        return all(self._total.get(k, 0.0) >= v * count - 1e-9 for k, v in _demand(_shape(options)).items())
 
-    def fits(self, options: dict) -> bool:
-        """True when a trial with these options can start now (an idle actor's room counts as free)."""
+    def fits(self, options: dict, count: int = 1) -> bool:
+        """True when ``count`` jobs with these options can all start now (a trial's seeds start together).
+
+        Idle actors of the same shape are reused; idle actors of other shapes can be evicted for room.
+        """
         shape = _shape(options)
-        if any(slot.shape == shape for slot in self._idle):
+        reused = min(count, sum(1 for slot in self._idle if slot.shape == shape))
+        if reused == count:
             return True
         used = self._used()
-        for slot in self._idle:  # idle actors of other shapes can be evicted
+        spare = [slot for slot in self._idle if slot.shape != shape]
+        spare += [slot for slot in self._idle if slot.shape == shape][reused:]
+        for slot in spare:  # evictable: their room counts as free
             for k, v in _demand(slot.shape).items():
                 used[k] -= v
-        return self._has_room(_demand(shape), used)
+        need = {k: v * (count - reused) for k, v in _demand(shape).items()}
+        return self._has_room(need, used)
 
     def _has_room(self, need: dict[str, float], used: dict[str, float]) -> bool:
         return all(self._total.get(k, 0.0) - used.get(k, 0.0) >= v - 1e-9 for k, v in need.items())
@@ -113,7 +126,7 @@ class RayScheduler:
         return dict(self._total)
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def submit(self, key: int, job: TrialJob, options: dict) -> None:
+    def submit(self, key: JobKey, job: SeedJob, options: dict) -> None:
         shape = _shape(options)
         slot = next((s for s in self._idle if s.shape == shape), None)
         if slot is not None:
@@ -135,12 +148,12 @@ class RayScheduler:
                 return
             ray.kill(self._idle.pop(0).actor)
 
-    def poll(self, timeout: float) -> tuple[list[Finished], dict[int, list]]:
-        """Wait up to ``timeout`` s; return finished trials and the metrics events of every busy trial."""
+    def poll(self, timeout: float) -> tuple[list[Finished], dict[JobKey, list]]:
+        """Wait up to ``timeout`` s; return finished jobs and the metrics events of every busy job."""
         import ray
 
         finished: list[Finished] = []
-        events: dict[int, list] = {}
+        events: dict[JobKey, list] = {}
         if self._busy:
             refs = {slot.ref: key for key, slot in self._busy.items()}
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
@@ -165,18 +178,18 @@ class RayScheduler:
         if self._busy and now - self._last_drain >= DRAIN_EVERY_S:
             self._last_drain = now
             for key, slot in self._busy.items():
-                if key not in self._drains:  # one drain in flight per trial; never block on a busy actor
+                if key not in self._drains:  # one drain in flight per job; never block on a busy actor
                     self._drains[key] = slot.actor.drain.remote()
         return finished, events
 
-    def _collect_drains(self) -> dict[int, list]:
+    def _collect_drains(self) -> dict[JobKey, list]:
         import ray
 
         if not self._drains:
             return {}
         by_ref = {ref: key for key, ref in self._drains.items()}
         ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
-        out: dict[int, list] = {}
+        out: dict[JobKey, list] = {}
         for ref in ready:
             key = by_ref[ref]
             del self._drains[key]
@@ -186,22 +199,22 @@ class RayScheduler:
                 out[key] = []
         return out
 
-    def stop(self, key: int, reason: str) -> None:
+    def stop(self, key: JobKey, reason: str) -> None:
         slot = self._busy.get(key)
         if slot is not None and slot.stop_sent is None:
             slot.actor.stop.remote(reason)
             slot.stop_sent = time.monotonic()
 
-    def stop_sent_at(self, key: int) -> float | None:
+    def stop_sent_at(self, key: JobKey) -> float | None:
         slot = self._busy.get(key)
         return slot.stop_sent if slot else None
 
-    def started_at(self, key: int) -> float | None:
+    def started_at(self, key: JobKey) -> float | None:
         slot = self._busy.get(key)
         return slot.started if slot else None
 
-    def kill(self, key: int) -> None:
-        """Kill a trial's worker now (timeout, second Ctrl-C); its ``poll`` result becomes a death."""
+    def kill(self, key: JobKey) -> None:
+        """Kill a job's worker now (timeout, second Ctrl-C); its ``poll`` result becomes a death."""
         import ray
 
         slot = self._busy.get(key)

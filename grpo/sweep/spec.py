@@ -108,6 +108,7 @@ class ClusterSpec(_Strict):
 
 class TrackingSpec(_Strict):
     wandb: Literal["off", "offline", "online"] = "off"
+    project: str = Field("grpo-sweep", min_length=1)  # W&B project; each study is a group in it
     tensorboard: bool = False
 
     @field_validator("wandb", mode="before")
@@ -180,6 +181,22 @@ class PlanSpec(_Strict):
     enabled: bool = True
 
 
+class ConfirmSpec(_Strict):
+    """The confirmation stage: once the search budget is spent, the ``top_k`` best complete trials run
+    again on ``seeds`` fresh seeds (the same seeds for each, so they pair by seed); their values decide
+    the winner, with an interval and a paired test against the runner-up."""
+
+    top_k: int = Field(3, ge=1)
+    seeds: int = Field(5, ge=2)
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _two_seeds(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value < 2:
+            raise ValueError(f"must be at least 2: a paired comparison over seeds needs two (got {value})")
+        return value
+
+
 class SweepSpec(_Strict):
     """A validated sweep spec. ``grpo.sweep.load.load_spec`` builds it from a file (``base`` then names the
     resolved config, and ``path``/``warnings`` are set); ``model_validate`` alone skips the file checks."""
@@ -205,6 +222,7 @@ class SweepSpec(_Strict):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     mindspeed: MindSpeedSpec = Field(default_factory=MindSpeedSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
+    confirm: ConfirmSpec | None = None  # absent: no confirmation stage
 
     _path: Path | None = PrivateAttr(default=None)
     _base_as_written: str | None = PrivateAttr(default=None)
@@ -267,6 +285,16 @@ class SweepSpec(_Strict):
             raise ValueError(f"objective: metric {doubles[0]} is listed twice")
         return self
 
+    @model_validator(mode="after")
+    def _confirm_single_objective(self) -> SweepSpec:
+        if self.confirm is not None and self.multi_objective:
+            # "The top k" and "the winner" need one ranking; a Pareto front has none.
+            raise ValueError(
+                f"confirm: ranks trials by one objective, but the spec has {len(self.objectives)}; "
+                "remove confirm or keep one objective"
+            )
+        return self
+
     # ---------------------------------------------------------------- derived values
     @property
     def path(self) -> Path | None:
@@ -294,6 +322,13 @@ class SweepSpec(_Strict):
     @property
     def directions(self) -> list[str]:
         return [o.direction for o in self.objectives]
+
+    def confirmation_seed_offsets(self) -> list[int]:
+        """Offsets from the base seed of the confirmation stage's seeds: after the search's own
+        (``seeds``), so they are fresh, and the same for every confirmation trial, so they pair."""
+        if self.confirm is None:
+            return []
+        return [self.seeds + j for j in range(self.confirm.seeds)]
 
     def storage_label(self) -> str:
         """``storage_url()`` as it may be shown or stored: a password in it is masked."""

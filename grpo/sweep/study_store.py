@@ -26,6 +26,7 @@ from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.errors import UserError
+from grpo.sweep.environment import environment
 from grpo.sweep.space import parse_expression
 from grpo.sweep.spec import SweepSpec
 
@@ -148,8 +149,9 @@ def find_study(spec: SweepSpec) -> optuna.Study | None:
 def open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.Study, bool]:
     """Create the study or resume it. Returns (study, resumed). Refuses a changed spec (see ``--fork``).
 
-    A new study records the spec, its fingerprint and ``base_config`` (the composed base config with the
-    spec's overrides, what the report diffs trial configs against) as study user attrs.
+    A new study records the spec, its fingerprint, ``base_config`` (the composed base config with the
+    spec's overrides, what the report diffs trial configs against) and ``environment`` (Python, package
+    versions, git commit, platform: ``grpo.sweep.environment``) as study user attrs.
 
     Two drivers starting at once on a fresh RDB race to create Optuna's tables (a unique-key error from
     PostgreSQL for one of them): the loser retries after a short pause, when the tables exist.
@@ -200,6 +202,7 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
         "study_dir": str(spec.study_dir),
         "fingerprint": fingerprint(spec),
         "backend": spec.backend,
+        "environment": environment(),
     }
     for key, value in attrs.items():
         study.set_user_attr(key, value)
@@ -250,6 +253,10 @@ class StudyStore:
         lineage attrs are added when the retry is asked (``record_retry_lineage``).
         """
         self.study.enqueue_trial(dict(trial.params), user_attrs=user_attrs, skip_if_exists=False)
+
+    def enqueue_confirmation(self, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
+        """Enqueue ``params`` as a new trial of the confirmation stage (``user_attrs`` name its source)."""
+        self.study.enqueue_trial(dict(params), user_attrs=user_attrs, skip_if_exists=False)
 
     def record_retry_lineage(self, trial: optuna.Trial) -> None:
         """On an asked retry: Optuna's ``failed_trial`` / ``retry_history`` system attrs, as its own

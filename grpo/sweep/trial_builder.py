@@ -1,4 +1,5 @@
-"""Building one trial from a sampled point: its configs (one per seed), its checks, its Ray options, its job.
+"""Building one trial from a sampled point: its configs (one per seed), its checks, its Ray options, its
+seed jobs (one per seed: they run in parallel, each with the trial's Ray options).
 
 Every trial config is composed the one way configs are composed (``grpo.config.load_config``: Hydra's
 compose API): the spec's base with the spec's fixed overrides, the sampled parameters, and the keys that
@@ -22,7 +23,7 @@ from grpo.sweep.backends import RayOptions, TrialBackend
 from grpo.sweep.preflight import trial_problems
 from grpo.sweep.space import SearchSpace
 from grpo.sweep.spec import SweepSpec
-from grpo.sweep.worker import SeedRun, TrialJob
+from grpo.sweep.worker import SeedJob, SeedRun
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
 # Config paths a Ray worker must see as absolute (it may run in another cwd or on another node).
@@ -32,12 +33,26 @@ RESUME_KEYS = ("actor_config.finetune=false", "actor_config.no_load_optim=false"
 
 @dataclass
 class TrialPlan:
-    """A trial ready to launch: what to run (``job``), where (``options``), and what to record."""
+    """A trial ready to launch: what to run (``jobs``, one per seed), where (``options``, per seed), and
+    what to record."""
 
-    job: TrialJob
+    jobs: list[SeedJob]
     options: RayOptions
     overrides: list[str]  # the spec's fixed overrides + the sampled parameters, as Hydra overrides
     config: dict[str, Any]  # the first seed's resolved config, as stored with the trial
+
+    @property
+    def runs(self) -> list[SeedRun]:
+        return [job.run for job in self.jobs]
+
+    @property
+    def resumed(self) -> bool:
+        """Some seed continues from a checkpoint of the trial this one retries."""
+        return any(job.resume for job in self.jobs)
+
+    @property
+    def train_iters(self) -> int:
+        return int(self.jobs[0].run.cfg.megatron_training.train_iters)
 
     def write_files(self, trial_dir: Path) -> None:
         """``config.yaml`` and ``overrides.yaml`` in the trial dir (what a person reads to rerun it)."""
@@ -64,36 +79,55 @@ class TrialBuilder:
         self.no_plan = no_plan
         self.base_seed = int(base_cfg.megatron_training.seed)
 
-    def build(self, number: int, params: dict[str, Any], trial_dir: Path, resume_from: str | None) -> TrialPlan:
-        """The plan of trial ``number``; UserError (every problem) when it must not launch."""
+    def _sampling_seed(self, seed: int) -> list[str]:
+        """The rollout sampler's seed moves with the run's seed: replicates that shared vLLM's (or the engine's)
+        sampling stream would not be independent (MindSpeed-RL seeds Megatron and vLLM separately)."""
+        base = self.base_cfg.generate_config.sampling_config.seed
+        return [] if base is None else [f"generate_config.sampling_config.seed={base + seed - self.base_seed}"]
+
+    def seeds(self, offsets: list[int]) -> list[int]:
+        """Seed numbers: the base config's seed plus each offset (``range(spec.seeds)`` for a search trial)."""
+        return [self.base_seed + k for k in offsets]
+
+    def build(
+        self, number: int, params: dict[str, Any], trial_dir: Path, resume_from: str | None, seeds: list[int]
+    ) -> TrialPlan:
+        """The plan of trial ``number`` running ``seeds``; UserError (every problem) when it must not launch.
+
+        Seed ``k`` of the list runs in ``runs/seed<k>``; a retry (``resume_from``: the retried trial's dir)
+        continues each seed from that trial's ``runs/seed<k>/ckpt`` when it has a checkpoint there.
+        """
         spec = self.spec
         sampled = self.space.to_overrides(params)
         param_overrides = list(sampled)
         if not self.backend.keeps_relative_paths:
             param_overrides += absolute_paths(self.base_cfg, sampled)
-        runs, resumed = [], False
-        for k in range(spec.seeds):
+        jobs = []
+        for k, seed in enumerate(seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
             extra = [
                 f"actor_config.save={run_dir / 'ckpt'}",
-                f"megatron_training.seed={self.base_seed + k}",
+                f"megatron_training.seed={seed}",
+                *self._sampling_seed(seed),
                 f"engine.keep_checkpoints={spec.keep_checkpoints or 'null'}",
             ]
             extra += tracking_overrides(spec, number, k)
+            resume = False
             if resume_from:
                 old_ckpt = (Path(resume_from) / "runs" / f"seed{k}" / "ckpt").resolve()
                 if checkpoint_iteration(old_ckpt) is not None:
                     extra += [f"actor_config.load={old_ckpt}", *RESUME_KEYS]
-                    resumed = True
+                    resume = True
             cfg = load_config(spec.base, [*spec.overrides, *param_overrides, *extra])
-            runs.append(SeedRun(seed=self.base_seed + k, cfg=cfg, run_dir=str(run_dir)))
-        problems = trial_problems(spec, runs[0].cfg, self.backend, no_plan=self.no_plan)
+            run = SeedRun(seed=seed, cfg=cfg, run_dir=str(run_dir))
+            jobs.append(SeedJob(number, k, self.backend, run, resume, self.driver_host, self.driver_pid))
+        first = jobs[0].run.cfg
+        problems = trial_problems(spec, first, self.backend, no_plan=self.no_plan)
         if problems:
             raise UserError(problems[0], problems)
-        job = TrialJob(number, self.backend, runs, resumed, self.driver_host, self.driver_pid)
-        options = self.backend.resources(runs[0].cfg)
+        options = self.backend.resources(first)
         overrides = [*spec.overrides, *sampled]
-        return TrialPlan(job, options, overrides, runs[0].cfg.to_dict())
+        return TrialPlan(jobs, options, overrides, first.to_dict())
 
 
 def absolute_paths(cfg: GRPOConfig, overrides: list[str]) -> list[str]:
@@ -119,30 +153,37 @@ def tracking_overrides(spec: SweepSpec, number: int, seed_index: int) -> list[st
     if spec.tracking.wandb != "off":
         out += [
             "rl_config.use_wandb=true",
-            f"rl_config.wandb_project={spec.study}",
+            f"rl_config.wandb_project={spec.tracking.project}",
             f"rl_config.wandb_exp_name=trial-{number}-seed{seed_index}",
+            f"engine.wandb_group={spec.study}",  # the study's runs side by side in W&B's group view
+            f"engine.wandb_mode={spec.tracking.wandb}",  # offline stays offline whatever the environment says
         ]
     if spec.tracking.tensorboard:
         out += ["rl_config.use_tensorboard=true"]
     return out
 
 
-def adopted_history(resume_from: str, runs: list[SeedRun]) -> tuple[dict[int, int], list[tuple[int, int, dict]]]:
+def adopted_history(resume_from: str, jobs: list[SeedJob]) -> tuple[dict[int, int], list[tuple[int, int, dict]]]:
     """What a retried trial inherits: (seed -> iteration its checkpoint holds, the metric rows up to it).
 
-    Rows are what the dead driver persisted (``<old trial>/metrics.jsonl``), completed from the old runs'
-    own metrics files: iterations the worker finished and checkpointed but whose metrics never reached
-    the driver.
+    Each seed keeps the rows up to its own checkpoint (the seeds of a trial checkpoint independently; a
+    seed without one starts over). Rows are what the dead driver persisted (``<old trial>/metrics.jsonl``),
+    completed from the old runs' own metrics files: iterations the worker finished and checkpointed but
+    whose metrics never reached the driver.
     """
-    start_at = {run.seed: checkpoint_iteration(Path(str(run.cfg.actor_config.load))) or 0 for run in runs}
+    start_at = {
+        job.run.seed: (checkpoint_iteration(Path(str(job.run.cfg.actor_config.load))) or 0) if job.resume else 0
+        for job in jobs
+    }
     rows: dict[tuple[int, int], dict] = {}
     for row in read_jsonl(Path(resume_from) / "metrics.jsonl"):
         rows[(row.get("seed", -1), row.get("iteration", 0))] = row
-    for k, run in enumerate(runs):
-        for row in read_jsonl(Path(resume_from) / "runs" / f"seed{k}" / "metrics.jsonl"):
-            rows.setdefault((run.seed, row.get("iteration", 0)), {**row, "seed": run.seed})
+    for job in jobs:
+        seed = job.run.seed
+        for row in read_jsonl(Path(resume_from) / "runs" / f"seed{job.index}" / "metrics.jsonl"):
+            rows.setdefault((seed, row.get("iteration", 0)), {**row, "seed": seed})
     history = []
     for (seed, iteration), row in sorted(rows.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-        if seed in start_at and 0 < iteration <= start_at[seed]:
+        if seed in start_at and 0 <= iteration <= start_at[seed]:  # 0: the base policy, evaluated only once
             history.append((seed, iteration, {k: v for k, v in row.items() if k not in ("iteration", "seed")}))
     return start_at, history

@@ -1,12 +1,14 @@
-"""The Ray actor that runs trials. One actor runs one trial at a time and is reused for the next trial
-of the same resource shape, so a trial costs a method call, not a new worker process.
+"""The Ray actor that runs one seed of a trial. A trial with ``k`` seeds is ``k`` jobs, each on its own
+actor, started together; an actor runs one job at a time and is reused for the next job of the same
+resource shape, so a job costs a method call, not a new worker process.
 
 The job carries the configured backend object itself (pickled by Ray), so a reused actor holds no
-state from the previous trial: no environment variables, no backend lookup by name.
+state from the previous job: no environment variables, no backend lookup by name.
 
 Metrics travel back through Ray: the backend's ``report`` callback queues them in the actor and the
-driver drains the queue (``drain``); ``stop`` makes the next ``report`` answer True (pruned / shutdown).
-The actor is threaded (``max_concurrency``) so ``drain`` and ``stop`` are served while ``run`` works.
+driver drains the queue (``drain``); ``stop`` makes the next ``report`` answer True (pruned, a sibling
+seed failed, shutdown). The actor is threaded (``max_concurrency``) so ``drain`` and ``stop`` are served
+while ``run`` works.
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ class SeedRun:
 
 
 @dataclass
-class TrialJob:
+class SeedJob:
+    """One seed of trial ``number``: the ``index``-th of its seeds."""
+
     number: int
+    index: int
     backend: TrialBackend
-    runs: list[SeedRun]
-    resume: bool
-    driver_host: str  # the driver that owns the trial: an orphaned trial stops itself
+    run: SeedRun
+    resume: bool  # this seed continues from a checkpoint (``run.cfg.actor_config.load``)
+    driver_host: str  # the driver that owns the trial: an orphaned seed stops itself
     driver_pid: int
 
 
@@ -59,29 +64,27 @@ class TrialWorker:
         with self._lock:
             self._stop_reason = reason
 
-    def run(self, job: TrialJob) -> dict[str, Any]:
+    def run(self, job: SeedJob) -> dict[str, Any]:
         with self._lock:
             self._events, self._stop_reason = [], None
         started = time.process_time()
-        result: dict[str, Any] = {"status": "complete", "summaries": [], **_placement()}
+        result: dict[str, Any] = {"status": "complete", "summary": {}, **_placement()}
+        seed_run = job.run
         try:
-            for seed_run in job.runs:
-                Path(seed_run.run_dir).mkdir(parents=True, exist_ok=True)
+            Path(seed_run.run_dir).mkdir(parents=True, exist_ok=True)
 
-                def report(iteration: int, metrics: dict[str, float], _seed: int = seed_run.seed) -> bool:
-                    with self._lock:
-                        self._events.append((_seed, int(iteration), dict(metrics)))
-                        if self._stop_reason is None and not _driver_alive(job):
-                            # An orphan must not move the checkpoint past what the dead driver persisted.
-                            self._stop_reason = "driver died"
-                        return self._stop_reason is not None
+            def report(iteration: int, metrics: dict[str, float]) -> bool:
+                with self._lock:
+                    self._events.append((seed_run.seed, int(iteration), dict(metrics)))
+                    if self._stop_reason is None and not _driver_alive(job):
+                        # An orphan must not move the checkpoint past what the dead driver persisted.
+                        self._stop_reason = "driver died"
+                    return self._stop_reason is not None
 
-                summary = job.backend.run(seed_run.cfg, Path(seed_run.run_dir), report, job.resume)
-                result["summaries"].append(summary or {})
-                if self._stop_reason is not None:
-                    result["status"] = "stopped"
-                    result["stop_reason"] = self._stop_reason
-                    break
+            result["summary"] = job.backend.run(seed_run.cfg, Path(seed_run.run_dir), report, job.resume) or {}
+            if self._stop_reason is not None:
+                result["status"] = "stopped"
+                result["stop_reason"] = self._stop_reason
         except TrialFailed as err:
             result.update(status="failed", reason=err.reason, last_log_lines=err.last_log_lines)
         except Exception as err:  # a bug or an unexpected crash in the trial: keep the worker alive
@@ -92,7 +95,7 @@ class TrialWorker:
         return result
 
 
-def _driver_alive(job: TrialJob) -> bool:
+def _driver_alive(job: SeedJob) -> bool:
     """False once the owning driver's process is gone (checked on its own host; elsewhere Ray's
     owner fate-sharing kills the actor)."""
     return job.driver_host != socket.gethostname() or pid_alive(job.driver_pid)

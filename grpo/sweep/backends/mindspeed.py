@@ -172,6 +172,7 @@ class LaunchPlan:
     save_dir: Path
     start_iteration: int  # 0 for a fresh run, else the checkpoint iteration it resumes after
     original_weights: str | None
+    tracking_env: dict[str, str] = field(default_factory=dict)  # W&B's own variables: group and mode
 
 
 def _recorded_weights(checkpoint: Path) -> str | None:
@@ -242,7 +243,18 @@ def render_trial_config(cfg: GRPOConfig, run_dir: Path, settings: MindSpeedSpec,
         "layout": cfg.layout_name,
     }
     (config_dir / LAUNCH_RECORD).write_text(json.dumps(record, indent=2))
-    return LaunchPlan(config_dir, CONFIG_NAME, trainer, save_dir, start, weights_path)
+    return LaunchPlan(config_dir, CONFIG_NAME, trainer, save_dir, start, weights_path, tracking_env(cfg))
+
+
+def tracking_env(cfg: GRPOConfig) -> dict[str, str]:
+    """MindSpeed-RL's ``wandb.init`` takes no group or mode: W&B reads them from ``WANDB_RUN_GROUP`` and
+    ``WANDB_MODE`` (an explicit mode also keeps an offline run offline when ``WANDB_API_KEY`` is set)."""
+    env = {}
+    if cfg.engine.wandb_group:
+        env["WANDB_RUN_GROUP"] = cfg.engine.wandb_group
+    if cfg.engine.wandb_mode:
+        env["WANDB_MODE"] = cfg.engine.wandb_mode
+    return env
 
 
 # ---------------------------------------------------------------------------------------- process
@@ -482,7 +494,7 @@ class MindSpeedBackend(TrialBackend):
         proc = subprocess.Popen(
             cmd,
             cwd=settings.checkout,
-            env=launch_env(settings, self.ray_address),
+            env={**launch_env(settings, self.ray_address), **plan.tracking_env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
