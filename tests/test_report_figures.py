@@ -208,3 +208,23 @@ def test_cost_figure_draws_the_front_and_the_best_trial(small):
     # Trials 1, 4 and 5 used 54 CPU-seconds each, trial 0 108: trial 5 is both cheapest and best.
     assert front["text"] == ["trial 5"] and front["x"] == [pytest.approx(54.0)]
     assert any(t["name"] == "best trial #5" for t in figure["data"])
+
+
+def test_the_red_parallel_coordinates_line_is_the_best_trials_own():
+    """Optuna does not draw the lines in trial order: the red line must still be the best trial's."""
+    import optuna
+    import optuna.visualization as ov
+
+    from grpo.report.plots import _best_line_on_top
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    dists = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-3, log=True),
+             "clip": optuna.distributions.CategoricalDistribution([0.1, 0.2, 0.3])}
+    for value, x, clip in [(0.75, 5.6e-5, 0.1), (0.73, 2.0e-5, 0.3), (0.756, 1.4e-5, 0.1), (0.755, 1.5e-5, 0.1),
+                           (0.60, 4.6e-4, 0.2)]:
+        study.add_trial(optuna.trial.create_trial(value=value, params={"lr": x, "clip": clip}, distributions=dists))
+    best = study.best_trial
+    fig = _best_line_on_top(ov.plot_parallel_coordinate(study), study, best, None)
+    red = [t for t in fig.data if t.name == f"best trial #{best.number}"]
+    assert len(red) == 1 and red[0].customdata[0][1] == "0.756"
+    assert fig.data[-1] is red[0] or fig.data[-1].name == red[0].name

@@ -315,20 +315,26 @@ def _star_contour(fig: go.Figure, best: FrozenTrial | None) -> go.Figure:
 def _best_line_on_top(
     fig: go.Figure, study: optuna.Study, best: FrozenTrial | None, target: Callable[[FrozenTrial], float] | None
 ) -> go.Figure:
-    """Draw the best trial's line red, thick and last (on top). Optuna draws one line per completed
-    trial with a finite target, in trial order; when the lines do not match those trials, nothing changes."""
+    """Draw the best trial's line red, thick and last (on top). Optuna draws one line per completed trial
+    with a finite target, not in trial order (it groups them), and its first coordinate is the target scaled
+    to [0, 1] over those trials: the best trial's line is the one at its scaled target. When the lines do not
+    match those trials, nothing changes."""
     if best is None:
         return fig
     lines = [i for i, trace in enumerate(fig.data) if trace.mode == "lines" and trace.customdata is not None]
+    value = target or (lambda t: t.values[0])
     drawn = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.values and all(math.isfinite(v) for v in t.values) and math.isfinite(target(t) if target else t.values[0])
+        if t.values and all(math.isfinite(v) for v in t.values) and math.isfinite(value(t))
     ]
-    numbers = [t.number for t in drawn]
-    if len(lines) != len(drawn) or best.number not in numbers:
+    if len(lines) != len(drawn) or best.number not in {t.number for t in drawn}:
         return fig
-    at = lines[numbers.index(best.number)]
+    low, high = min(value(t) for t in drawn), max(value(t) for t in drawn)
+    scaled = (value(best) - low) / (high - low) if high > low else None
+    if scaled is None:  # every target equal: no line is distinguishable by it
+        return fig
+    at = min(lines, key=lambda i: abs(float(fig.data[i].y[0]) - scaled))
     traces = list(fig.data)
     line = traces.pop(at)
     line.update(line={"color": BEST_MARKER["color"], "width": 3.5}, opacity=1.0, name=f"best trial #{best.number}")
