@@ -1,0 +1,525 @@
+"""Search efficiency, measured: replay samplers and pruners over the tabular GRPO benchmark at zero cost.
+
+The table (benchmarks/data/grpo_table.json.gz, built by benchmarks/build_grpo_table.py) holds real engine runs
+of ``grpo_trainer_tiny_cpu`` on a grid (lr x clip_ratio x init_kl_coef, two seeds each, 60 iterations, held-out
+evaluation every 10). A replayed study is an Optuna study built the way the product builds it: the spec is
+sweeps/quickstart.yaml (objective ``eval/acc_greedy`` reduced with ``auc``) with its search replaced by the
+grid's values as ``choice(...)`` expressions and its sampler/pruner swapped per combination, validated by
+``grpo.sweep.load.load_spec``; sampler and pruner come from ``grpo.sweep.samplers.make_sampler/make_pruner``
+and the parameters from ``SearchSpace.suggest``. Each trial looks its configuration up in the table and takes
+one of its recorded seeds (the replay seed decides), then plays the driver's part (grpo/sweep/driver.py):
+
+- after every iteration it reports the objective reduced over the curve so far, ``trial.report(v, step=it)``,
+  from the first evaluation on; the driver skips the engine's iteration-0 line (``_record`` keeps iterations
+  after the last one seen, starting from 0), so the base policy's evaluation is not part of the objective;
+- then ``trial.should_prune()``, never at the last iteration; a pruned trial is told PRUNED;
+- a point that already ran is told FAIL without running (the driver's ``_ran_before``), and 50 such in a
+  row end the study (the driver's ``MAX_DUPLICATES_IN_A_ROW``).
+
+Compute is counted in trial-iterations: a pruned trial costs the iterations it ran. A configuration's true
+value is the mean over its recorded seeds of the objective; the incumbent of a replay is the complete trial
+with the best observed (one-seed) value, scored by its configuration's true value. Over the replay seeds the
+script reports, with 95 % bootstrap intervals: (a) the compute until the incumbent is within 1 % of the grid's
+best true value; (b) the regret (best true value - incumbent's) at budgets of 8 and 16 full runs; (c) the
+compute until the incumbent is as good as random search's at that budget, as a fraction of that budget
+(random's target taken from the replay with the same seed).
+
+GRPO-aware rule (``collapse``): at an evaluation before the last, stop the trial when its held-out greedy
+accuracy is more than ``COLLAPSE_MARGIN`` below the base policy's (the table's iteration 0). 0.10 is about three
+binomial standard errors on the 256 held-out prompts at the base's 0.66, so one noisy evaluation does not trip
+it; a run whose lr is too high drops that far within 10-20 iterations and rarely recovers in the run's budget.
+
+    nice -n 19 .venv/bin/python benchmarks/search_efficiency.py [--replays 100] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import yaml
+
+if TYPE_CHECKING:
+    from grpo.sweep.spec import SweepSpec
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEFAULT_TABLE = HERE / "data" / "grpo_table.json.gz"
+SPEC_TEMPLATE = ROOT / "sweeps" / "quickstart.yaml"
+METRIC = "eval/acc_greedy"
+COLLAPSE_MARGIN = 0.10
+BUDGETS_RUNS = (8, 16)  # fixed budgets for (b) and (c), in full runs' worth of trial-iterations
+
+Key = tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One sampler + pruner combination: the spec's sampler/pruner sections, plus the replay-side rule."""
+
+    label: str
+    sampler: dict[str, Any]
+    pruner: dict[str, Any]
+    collapse_rule: bool = False
+
+
+QUICKSTART_TPE = {"name": "tpe", "options": {"n_startup_trials": 3}}
+COMBOS: list[Combo] = [
+    Combo("random", {"name": "random"}, {"name": "none"}),
+    Combo("TPE", QUICKSTART_TPE, {"name": "none"}),
+    # The shipped default (sweeps/quickstart.yaml): TPE after 3 random trials, median after 30 iterations.
+    Combo(
+        "TPE + median (quickstart default)",
+        QUICKSTART_TPE,
+        {"name": "median", "warmup_steps": 30, "options": {"n_startup_trials": 2}},
+    ),
+    # sweeps/kl_study.yaml's: TPE with Optuna's 10 startup trials, median after 20 iterations.
+    Combo(
+        "TPE + median (kl_study)",
+        {"name": "tpe"},
+        {"name": "median", "warmup_steps": 20, "options": {"n_startup_trials": 3}},
+    ),
+    # sweeps/sampling_study.yaml's pruner, behind the quickstart's TPE.
+    Combo("TPE + successive halving", QUICKSTART_TPE, {"name": "successive_halving", "warmup_steps": 20}),
+    Combo("TPE + hyperband", QUICKSTART_TPE, {"name": "hyperband", "warmup_steps": 10}),
+    Combo("GP", {"name": "gp"}, {"name": "none"}),
+    Combo("TPE + collapse rule", QUICKSTART_TPE, {"name": "none"}, collapse_rule=True),
+    Combo(
+        "TPE + median + collapse rule",
+        QUICKSTART_TPE,
+        {"name": "median", "warmup_steps": 30, "options": {"n_startup_trials": 2}},
+        collapse_rule=True,
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------------- the table
+@dataclass
+class Run:
+    seed: int
+    evals: list[tuple[int, float]]  # (iteration, held-out greedy accuracy), iteration 0 = the base policy
+
+
+@dataclass
+class Table:
+    keys: list[str]
+    iters: int
+    runs: dict[Key, list[Run]]
+    header: dict[str, Any]
+    base: float = 0.0
+    true_value: dict[Key, float] = field(default_factory=dict)
+
+    @property
+    def best(self) -> float:
+        return max(self.true_value.values())
+
+
+def objective_points(run: Run) -> list[float]:
+    """The curve the driver reduces: evaluations at iterations >= 1 (it never records iteration 0)."""
+    return [v for it, v in run.evals if it >= 1]
+
+
+def load_table(path: Path) -> Table:
+    from grpo.sweep.objectives import get_reducer
+
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        raw = json.load(fh)
+    keys = list(raw["header"]["grid"])
+    table = Table(keys, int(raw["header"]["train_iters"]), {}, raw["header"])
+    bases = []
+    for rec in raw["runs"]:
+        its, acc = rec["curves"]["iteration"], rec["curves"][METRIC]
+        evals = [(int(i), float(v)) for i, v in zip(its, acc, strict=True) if v is not None]
+        if not evals or evals[-1][0] != table.iters:
+            continue  # an incomplete run (never written by the builder; defensive)
+        key = tuple(float(rec["params"][k]) for k in keys)
+        table.runs.setdefault(key, []).append(Run(int(rec["seed"]), evals))
+        bases += [v for it, v in evals if it == 0]
+    table.base = float(np.mean(bases))
+    auc = get_reducer("auc")
+    table.true_value = {
+        k: float(np.mean([auc.reduce(objective_points(r)) for r in rs])) for k, rs in table.runs.items()
+    }
+    return table
+
+
+# ------------------------------------------------------------------------------------------- the spec
+def base_spec(table: Table, folder: Path) -> SweepSpec:
+    """sweeps/quickstart.yaml with the grid as its search space and the table's run length, via load_spec."""
+    from grpo.sweep.load import load_spec
+
+    data = yaml.safe_load(SPEC_TEMPLATE.read_text())
+    values = {k: sorted({key[i] for key in table.runs}) for i, k in enumerate(table.keys)}
+    data["search"] = {k: f"choice({', '.join(repr(v) for v in vs)})" for k, vs in values.items()}
+    data["overrides"] = [
+        f"megatron_training.train_iters={table.iters}",
+        f"engine.eval_every={table.header['eval_every']}",
+    ]
+    data["concurrency"] = 1  # sequential replay: no constant liar, no trials in flight
+    data["study"] = "search_efficiency_replay"
+    data.pop("confirm", None)
+    path = folder / "replay.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = load_spec(path)
+    if spec.directions != ["maximize"]:  # the incumbent bookkeeping below assumes a maximised objective
+        raise SystemExit(f"{SPEC_TEMPLATE}: objective must be maximised for this replay")
+    return spec
+
+
+# ------------------------------------------------------------------------------------------- one replay
+def max_duplicates() -> int:
+    """The driver's limit of repeated points in a row before it calls the space exhausted."""
+    try:
+        from grpo.sweep.driver import MAX_DUPLICATES_IN_A_ROW
+    except ImportError as err:  # the driver pulls in grpo.report; a half-edited tree should not stop the replay
+        print(f"warning: grpo.sweep.driver not importable ({err}); using its limit of 50", file=sys.stderr)
+        return 50
+    return MAX_DUPLICATES_IN_A_ROW
+
+
+@dataclass
+class Trace:
+    """One replayed study: after each trial, the compute spent and the incumbent's true value."""
+
+    cost: list[int]
+    incumbent: list[float]  # nan until a trial completes
+    trials: int
+    pruned: int
+
+
+def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizon: int, duplicate_mode: str) -> Trace:
+    import optuna
+    from optuna.trial import TrialState
+
+    from grpo.sweep.samplers import make_pruner, make_sampler
+    from grpo.sweep.space import SearchSpace
+    from grpo.sweep.spec import PrunerSpec, SamplerSpec
+
+    spec = spec.model_copy(
+        update={"sampler": SamplerSpec.model_validate(combo.sampler), "pruner": PrunerSpec.model_validate(combo.pruner)}
+    )
+    space = SearchSpace.from_spec(spec)
+    reducer = spec.objectives[0].reducer()
+    # max_resource as make_pruner(spec) reads it from the composed config (saves a Hydra compose per replay).
+    study = optuna.create_study(
+        study_name=f"replay-{combo.label}-{replay_seed}",  # Hyperband's bracket hash uses the name: keep it fixed
+        directions=[optuna.study.StudyDirection[d.upper()] for d in spec.directions],  # ["maximize"] here
+        sampler=make_sampler(spec, space, seed=replay_seed),
+        pruner=make_pruner(spec, max_resource=table.iters),
+    )
+    rng = np.random.default_rng(replay_seed)
+    ran: dict[Key, float | None] = {}  # point -> its value (None: pruned)
+    cost, best_seen, best_true = 0, -math.inf, math.nan
+    trace = Trace([], [], 0, 0)
+    duplicates, limit = 0, max_duplicates()
+    while cost < horizon and duplicates < limit:
+        trial = study.ask()
+        params = space.suggest(trial)
+        key = tuple(float(params[k]) for k in table.keys)
+        if key not in table.runs:  # a partial table: a grid point with no run yet, skipped like a repeat
+            duplicates += 1
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        if key in ran:  # the driver never reruns a point
+            duplicates += 1
+            if duplicate_mode == "fail":
+                study.tell(trial, state=TrialState.FAIL)  # today's driver: samplers ignore FAIL trials
+            elif ran[key] is None:
+                study.tell(trial, state=TrialState.PRUNED)
+            else:
+                study.tell(trial, ran[key])  # a copy of the earlier result: the sampler learns it is taken
+            continue
+        duplicates = 0
+        runs = table.runs[key]
+        run = runs[int(rng.integers(len(runs)))]
+        evals = dict(run.evals)
+        seen: list[float] = []
+        stopped_at = 0
+        for it in range(1, table.iters + 1):
+            if it in evals:
+                seen.append(evals[it])
+            if seen:
+                trial.report(reducer.reduce(seen), step=it)
+            if it == table.iters:
+                break  # a trial that ran all its iterations completes: never pruned at its last step
+            if combo.collapse_rule and it in evals and evals[it] < table.base - COLLAPSE_MARGIN:
+                stopped_at = it
+                break
+            if trial.should_prune():
+                stopped_at = it
+                break
+        trace.trials += 1
+        if stopped_at:
+            cost += stopped_at
+            trace.pruned += 1
+            ran[key] = None
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            cost += table.iters
+            value = reducer.reduce(seen)
+            ran[key] = value
+            study.tell(trial, value)
+            if value > best_seen:
+                best_seen, best_true = value, table.true_value[key]
+        trace.cost.append(cost)
+        trace.incumbent.append(best_true)
+    return trace
+
+
+_WORKER: dict[str, Any] = {}  # per replay process: the table and the spec, loaded once
+
+
+def _init_worker(table_path: Path) -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    table = load_table(table_path)
+    with tempfile.TemporaryDirectory() as folder:
+        _WORKER.update(table=table, spec=base_spec(table, Path(folder)))
+
+
+def _replay_job(args: tuple[int, int, int, str]) -> tuple[int, int, Trace, float]:
+    combo_index, replay_seed, horizon, duplicate_mode = args
+    t0 = time.perf_counter()
+    trace = replay(_WORKER["table"], _WORKER["spec"], COMBOS[combo_index], replay_seed, horizon, duplicate_mode)
+    return combo_index, replay_seed, trace, time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------------------- statistics
+def incumbent_at(trace: Trace, budget: int) -> float:
+    """The incumbent's true value once ``budget`` trial-iterations are spent (trials finished within it)."""
+    values = [v for c, v in zip(trace.cost, trace.incumbent, strict=True) if c <= budget and not math.isnan(v)]
+    return values[-1] if values else math.nan
+
+
+def cost_to_reach(trace: Trace, target: float) -> float:
+    """Trial-iterations until the incumbent's true value is >= target (inf when it never is)."""
+    for c, v in zip(trace.cost, trace.incumbent, strict=True):
+        if not math.isnan(v) and v >= target - 1e-12:
+            return float(c)
+    return math.inf
+
+
+def bootstrap(
+    values: Sequence[float], stat: Callable[[np.ndarray], float], n: int = 2000
+) -> tuple[float, float, float]:
+    """The statistic and its 95 % percentile-bootstrap interval over replay seeds (seeded: same table, same text)."""
+    x = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(0)
+    boots = [stat(x[rng.integers(0, len(x), len(x))]) for _ in range(n)]
+    # inverted_cdf picks order statistics: no interpolation between a finite cost and inf (never reached)
+    lo, hi = np.percentile(boots, [2.5, 97.5], method="inverted_cdf")
+    return stat(x), float(lo), float(hi)
+
+
+def _median(x: np.ndarray) -> float:
+    # inf (never reached) counts as larger than any finite cost
+    return float(np.percentile(x, 50, method="inverted_cdf"))
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(np.mean(x))
+
+
+def _fmt(stat: tuple[float, float, float], digits: int = 0, scale: float = 1.0) -> str:
+    def one(v: float) -> str:
+        return "never" if math.isinf(v) else f"{v * scale:.{digits}f}"
+
+    mid, lo, hi = stat
+    return f"{one(mid)} [{one(lo)}, {one(hi)}]"
+
+
+# ------------------------------------------------------------------------------------------- main
+@dataclass
+class Row:
+    label: str
+    to_best: tuple[float, float, float]
+    reached: float
+    regret: dict[int, tuple[float, float, float]]
+    fraction: dict[int, tuple[float, float, float]]
+    trials: float
+    pruned: float
+    no_answer: dict[int, float]  # share of replays with no complete trial at each budget
+
+
+def summarize(table: Table, traces: dict[int, list[Trace]], random_traces: list[Trace] | None) -> list[Row]:
+    iters, best = table.iters, table.best
+    targets = {b: [incumbent_at(t, b * iters) for t in random_traces] for b in BUDGETS_RUNS} if random_traces else {}
+    rows = []
+    for i, tr in traces.items():
+        to_best = [cost_to_reach(t, 0.99 * best) for t in tr]
+        # A study with no complete trial by then has no answer: scored as the worst configuration.
+        worst = min(table.true_value.values())
+        at = {b: [incumbent_at(t, b * iters) for t in tr] for b in BUDGETS_RUNS}
+        regret = {b: bootstrap([best - (worst if math.isnan(v) else v) for v in at[b]], _mean) for b in BUDGETS_RUNS}
+        fraction = {
+            # replay seed s of a row meets random's seed s (a row with fewer replays uses the first ones)
+            b: bootstrap([cost_to_reach(t, x) / (b * iters) for t, x in zip(tr, targets[b], strict=False)], _median)
+            for b in targets
+        }
+        rows.append(
+            Row(
+                COMBOS[i].label,
+                bootstrap(to_best, _median),
+                float(np.mean(np.isfinite(to_best))),
+                regret,
+                fraction,
+                float(np.mean([t.trials for t in tr])),
+                float(np.mean([t.pruned for t in tr])),
+                {b: float(np.mean(np.isnan(at[b]))) for b in BUDGETS_RUNS},
+            )
+        )
+    return rows
+
+
+def markdown(rows: list[Row], iters: int) -> str:
+    cols = [
+        "sampler + pruner",
+        "trial-iters to within 1 % of best (median)",
+        "reached",
+        *(f"regret at {b} runs (mean)" for b in BUDGETS_RUNS),
+        *(f"compute to random's best at {b} runs (x {b * iters}, median)" for b in BUDGETS_RUNS),
+        "trials / pruned",
+    ]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = [r.label, _fmt(r.to_best), f"{r.reached:.0%}"]
+        cells += [_fmt(r.regret[b], 4) for b in BUDGETS_RUNS]
+        cells += [_fmt(r.fraction[b], 2) if b in r.fraction else "n/a" for b in BUDGETS_RUNS]
+        cells.append(f"{r.trials:.1f} / {r.pruned:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    for r in rows:
+        for b, share in r.no_answer.items():
+            if share:
+                lines.append(
+                    f"\n{r.label}: {share:.0%} of replays had no complete trial at {b} runs (regret: worst config)"
+                )
+    return "\n".join(lines)
+
+
+def verdict(rows: list[Row]) -> list[str]:
+    """The issue's target in words: the default reaches random's best with <= 1/3 of its compute, and is best."""
+    out = []
+    default = next((r for r in rows if "default" in r.label), None)
+    if default is not None and default.fraction:
+        for b, (mid, lo, hi) in default.fraction.items():
+            met = "met" if mid <= 1 / 3 else "NOT met"
+            out.append(
+                f"target at {b} runs: {default.label} needs {_fmt((mid, lo, hi), 2)} of random's compute "
+                f"to match random's best (median [95 % CI]): {met} (target <= 0.33)"
+            )
+    b = BUDGETS_RUNS[-1]
+    ranked = sorted(rows, key=lambda r: r.regret[b][0])
+    top = ranked[0]
+    tied = [r.label for r in ranked[1:] if r.regret[b][1] <= top.regret[b][2]]
+    out.append(
+        f"lowest mean regret at {b} runs: {top.label} ({top.regret[b][0]:.4f}); intervals overlapping it: "
+        + (", ".join(tied) if tied else "none")
+    )
+    fastest = min(rows, key=lambda r: r.to_best[0])
+    out.append(
+        f"least compute to within 1 % of best: {fastest.label} (median {_fmt(fastest.to_best)} trial-iterations)"
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", type=Path, default=DEFAULT_TABLE)
+    ap.add_argument("--replays", type=int, default=100, help="replay seeds per combination (>= 50 for the README)")
+    ap.add_argument("--gp-replays", type=int, default=50, help="replay seeds for GP (a GP fit per proposal is slow)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--horizon-runs", type=int, default=24, help="stop a replay after this many full runs' worth")
+    ap.add_argument("--only", nargs="*", help="combination labels to run (default: all)")
+    ap.add_argument(
+        "--duplicates",
+        choices=["fail", "copy", "both"],
+        default="both",
+        help="a repeated point: told FAIL as today's driver does, or a copy of the earlier result (default: both)",
+    )
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+
+    table = load_table(args.table)
+    n_runs = sum(len(r) for r in table.runs.values())
+    iters, best = table.iters, table.best
+    horizon = args.horizon_runs * iters
+    shown = args.table.relative_to(ROOT) if args.table.is_relative_to(ROOT) else args.table
+    print(
+        f"table: {shown}: {n_runs} runs of {len(table.runs)} configurations, {iters} iterations, commit "
+        f"{table.header['git_commit'][:10]}, built {table.header.get('updated', table.header['created'])}"
+    )
+    print(f"base policy held-out greedy accuracy (iteration 0): {table.base:.3f}")
+    print(f"objective: {METRIC}, auc over the evaluations at iterations 10..{iters}; true value: mean over seeds")
+    ranked = sorted(table.true_value.items(), key=lambda kv: -kv[1])
+    for n, (key, value) in enumerate(ranked, 1):
+        per_seed = ", ".join(f"{get_auc(r):.3f}" for r in table.runs[key])
+        knobs = " ".join(f"{k.split('.')[-1]}={v:g}" for k, v in zip(table.keys, key, strict=True))
+        print(f"  {n:2d}. {knobs}: {value:.4f} (seeds: {per_seed})")
+    near = sum(v >= 0.99 * best for v in table.true_value.values())
+    print(f"grid best {best:.4f}; within 1 % of it (>= {0.99 * best:.4f}): {near} configuration(s)\n")
+
+    combos = [i for i, c in enumerate(COMBOS) if not args.only or c.label in args.only]
+    modes = ["fail", "copy"] if args.duplicates == "both" else [args.duplicates]
+    random_index = next(i for i, c in enumerate(COMBOS) if c.label == "random")
+    for mode in modes:
+        n_replays = {
+            i: min(args.replays, args.gp_replays) if COMBOS[i].sampler["name"] == "gp" else args.replays for i in combos
+        }
+        # the slow GP replays first, so the two processes finish together
+        jobs = [
+            (i, s, horizon, mode)
+            for i in sorted(combos, key=lambda i: COMBOS[i].sampler["name"] != "gp")
+            for s in range(n_replays[i])
+        ]
+        traces: dict[int, dict[int, Trace]] = {i: {} for i in combos}
+        seconds = dict.fromkeys(combos, 0.0)
+        t0 = time.perf_counter()
+        with mp.get_context("spawn").Pool(args.jobs, initializer=_init_worker, initargs=(args.table,)) as pool:
+            for n, (i, s, trace, sec) in enumerate(pool.imap_unordered(_replay_job, jobs, chunksize=2), 1):
+                traces[i][s] = trace
+                seconds[i] += sec
+                if n % 50 == 0:  # progress on stderr: the Markdown on stdout stays clean
+                    print(
+                        f"{mode}: {n}/{len(jobs)} replays, {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True
+                    )
+        ordered = {i: [traces[i][s] for s in range(n_replays[i])] for i in combos}
+        rows = summarize(table, ordered, ordered.get(random_index))
+        what = {
+            "fail": "a repeated point is told FAIL and skipped, as grpo/sweep/driver.py does today",
+            "copy": "a repeated point is told the earlier trial's result (no compute), instead of FAIL",
+        }[mode]
+        print(f"### duplicates: {mode} ({what})\n")
+        print(markdown(rows, iters))
+        print(
+            f"\n{args.replays} replay seeds per row ({args.gp_replays} for GP), [95 % bootstrap interval over them]; "
+            f"1 run = {iters} "
+            f"trial-iterations; a replay stops at {args.horizon_runs} runs' worth ({horizon}) or when the driver's "
+            "limit of repeated points in a row is hit; 'never': not reached in the replay(s) that decide the statistic."
+        )
+        for line in verdict(rows):
+            print(f"- {line}")
+        spent = ", ".join(f"{COMBOS[i].label} {seconds[i]:.0f}s" for i in combos)
+        print(f"\nreplay time ({time.perf_counter() - t0:.0f}s wall, {args.jobs} processes): {spent}\n")
+    return 0
+
+
+def get_auc(run: Run) -> float:
+    from grpo.sweep.objectives import get_reducer
+
+    return get_reducer("auc").reduce(objective_points(run))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
