@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -144,7 +145,9 @@ def paired_p(diffs: Sequence[float] | np.ndarray) -> float:
         return 1.0 if abs(float(data.mean())) <= 1e-12 * scale else 0.0
     from scipy import stats
 
-    return float(stats.ttest_1samp(data, 0.0).pvalue)
+    with warnings.catch_warnings():  # scipy's "precision loss" note on differences that nearly agree
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_1samp(data, 0.0).pvalue)
 
 
 @dataclass(frozen=True)

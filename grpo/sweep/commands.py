@@ -7,7 +7,6 @@ import json
 import math
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -148,9 +147,7 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
     if best is None or spec.multi_objective:
         return
     confirmed = any(t.user_attrs.get("confirmation_of") is not None for t in trials)
-    with warnings.catch_warnings():  # scipy's precision note on near-identical seed differences
-        warnings.simplefilter("ignore", RuntimeWarning)
-        found = verdict(trials, study.directions[0]) if confirmed else None
+    found = verdict(trials, study.directions[0]) if confirmed else None
     if found is not None:  # the winner of the confirmation stage, against its runner-up
         console.print(found.text(), highlight=False)
         console.print(f"params: {found.winner.params}", highlight=False)

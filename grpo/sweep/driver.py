@@ -24,7 +24,6 @@ import statistics
 import sys
 import threading
 import time
-import warnings
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -686,9 +685,7 @@ class _Driver:
         trials = self.study.get_trials(deepcopy=False)
         if any(is_confirmation(t) and t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials):
             return
-        with warnings.catch_warnings():  # scipy's precision note on near-identical seed differences
-            warnings.simplefilter("ignore", RuntimeWarning)
-            found = verdict(trials, self.study.directions[0])
+        found = verdict(trials, self.study.directions[0])
         if found is not None:
             self._say(found.text())
 
