@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -65,3 +66,19 @@ def states(study: optuna.Study) -> dict[str, int]:
     for t in study.get_trials(deepcopy=False):
         out[t.state.name] = out.get(t.state.name, 0) + 1
     return out
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def count_lines(path: Path) -> int:
+    try:
+        return sum(1 for _ in open(path))
+    except OSError:
+        return 0

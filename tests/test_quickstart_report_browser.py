@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from sweep_helpers import run_cli
-from test_report_browser import BEST_RED, between, chromium
+from test_report_browser import BEST_RED, between, chromium, held_out_subplot
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [
@@ -51,15 +51,7 @@ def test_the_winner_is_shown_with_its_interval(page):
 
 
 def test_held_out_curves_have_seed_bands(page):
-    curves = between(page, 'id="plot-curves"', "</script>")
-    k = re.search(r'<g class="annotation" data-index="(\d+)"(?:(?!<g class="annotation").)*?'
-                  r'data-unformatted="held-out accuracy, greedy: eval/acc_greedy', curves, re.S)
-    assert k, "no held-out accuracy subplot"
-    n = int(k.group(1)) + 1
-    ref = "xy" if n == 1 else f"x{n}y{n}"
-    plot = re.search(rf'<g class="{ref}" transform="[^"]*" clip-path="[^"]*">(.*?)</g></g></g></g>', curves, re.S)
-    assert plot, ref
-    fills = re.findall(r'<path class="js-fill" d="([^"]+)"', plot.group(1))
+    fills = re.findall(r'<path class="js-fill" d="([^"]+)"', held_out_subplot(page))
     assert len(fills) == 2 and all(len(d) > 20 for d in fills)  # the two 2-seed confirmation trials
 
 

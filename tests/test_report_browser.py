@@ -41,6 +41,20 @@ def chromium(profile, *args: str, timeout: float = 180) -> subprocess.CompletedP
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
+def held_out_subplot(dom: str) -> str:
+    """The drawn marks of the 'held-out accuracy, greedy' subplot of the learning curves (its title names
+    the subplot's index; plotly draws subplot n in the group ``x<n>y<n>``)."""
+    curves = between(dom, 'id="plot-curves"', "</script>")
+    k = re.search(r'<g class="annotation" data-index="(\d+)"(?:(?!<g class="annotation").)*?'
+                  r'data-unformatted="held-out accuracy, greedy: eval/acc_greedy', curves, re.S)
+    assert k, "no held-out accuracy subplot"
+    n = int(k.group(1)) + 1
+    ref = "xy" if n == 1 else f"x{n}y{n}"
+    plot = re.search(rf'<g class="{ref}" transform="[^"]*" clip-path="[^"]*">(.*?)</g></g></g></g>', curves, re.S)
+    assert plot, ref
+    return plot.group(1)
+
+
 def between(dom: str, start: str, end: str) -> str:
     i = dom.index(start)
     return dom[i : dom.index(end, i + len(start))]
@@ -93,15 +107,8 @@ def test_the_winner_is_shown_with_its_interval(rendered):
 
 def test_held_out_accuracy_curves_have_seed_bands(rendered):
     _, run, _ = rendered
-    curves = between(run.stdout, 'id="plot-curves"', "</script>")
-    k = re.search(r'<g class="annotation" data-index="(\d+)"(?:(?!<g class="annotation").)*?'
-                  r'data-unformatted="held-out accuracy, greedy: eval/acc_greedy"', curves, re.S)
-    assert k, "no held-out accuracy subplot"
-    n = int(k.group(1)) + 1
-    ref = "xy" if n == 1 else f"x{n}y{n}"
-    plot = re.search(rf'<g class="{ref}" transform="[^"]*" clip-path="[^"]*">(.*?)</g></g></g></g>', curves, re.S)
-    assert plot, ref
-    fills = re.findall(r'<path class="js-fill" d="([^"]+)" style="([^"]*)"', plot.group(1))
+    plot = held_out_subplot(run.stdout)
+    fills = re.findall(r'<path class="js-fill" d="([^"]+)" style="([^"]*)"', plot)
     # Trial 0 (2 seeds) and the two confirmation trials (3 seeds) each have a band; one-seed trials none.
     assert len(fills) == 3, fills
     assert all(re.search(r"fill-opacity: 0\.1\d", style) for _, style in fills)

@@ -16,23 +16,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from sweep_helpers import cli_env, load, run_cli, start_cli, states, write_spec
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _lines(path: Path) -> int:
-    try:
-        return sum(1 for _ in open(path))
-    except OSError:
-        return 0
+from sweep_helpers import cli_env, count_lines, load, run_cli, start_cli, states, wait_for, write_spec
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -47,7 +31,7 @@ def test_sigkilled_driver_resumes_from_checkpoint_without_rerunning_finished_tri
                       backend="sweep_test_backends:SlowCurveBackend")
     proc = start_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
     second = tmp_path / "studies" / "s" / "trials" / "1" / "metrics.jsonl"
-    _wait_for(lambda: _lines(second) >= 8 or proc.poll() is not None, 120, "trial 1 to pass its first checkpoint")
+    wait_for(lambda: count_lines(second) >= 8 or proc.poll() is not None, 120, "trial 1 to pass its first checkpoint")
     assert proc.poll() is None, proc.stdout.read()
     _kill_group(proc)
 
@@ -128,7 +112,7 @@ def postgres_url(tmp_path):
                                        "-c", "listen_addresses=127.0.0.1"]),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
+        wait_for(lambda: subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
                                          capture_output=True).returncode == 0, 30, "postgres to accept connections")
         subprocess.run(as_user([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "grpo", "sweeps"]), check=True)
         yield f"postgresql://grpo@127.0.0.1:{port}/sweeps"
@@ -155,7 +139,7 @@ def test_ctrl_c_stops_sampling_lets_trials_stop_and_leaves_a_resumable_study(tmp
                       backend="sweep_test_backends:SlowCurveBackend")
     proc = start_cli(["run", str(spec), "--no-report"], cwd=tmp_path)
     first = tmp_path / "studies" / "s" / "trials" / "0" / "metrics.jsonl"
-    _wait_for(lambda: _lines(first) >= 7 or proc.poll() is not None, 120, "trial 0 to checkpoint")
+    wait_for(lambda: count_lines(first) >= 7 or proc.poll() is not None, 120, "trial 0 to checkpoint")
     proc.send_signal(sig)  # the driver only, as a terminal's Ctrl-C reaches the foreground job
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out

@@ -26,7 +26,7 @@ from grpo.sweep.driver import run_study
 from grpo.sweep.load import load_spec
 from grpo.sweep.objectives import get_reducer
 from grpo.sweep.retry import counts_toward_budget
-from sweep_helpers import REPO, TESTS, load, run_cli, start_cli, states, write_spec
+from sweep_helpers import REPO, TESTS, count_lines, load, run_cli, start_cli, states, wait_for, write_spec
 from sweep_test_backends import BASE_SEED
 
 CPUS = 4
@@ -301,29 +301,13 @@ def test_the_confirmation_stage_reruns_the_top_trials_on_fresh_seeds_outside_the
     assert sorted(marked) == sorted(t.number for t in top)
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _lines(path: Path) -> int:
-    try:
-        return sum(1 for _ in open(path))
-    except OSError:
-        return 0
-
-
 def test_a_driver_killed_during_the_confirmation_stage_finishes_only_what_is_missing(tmp_path):
     spec = write_spec(tmp_path, backend="sweep_test_backends:SlowSeedCurveBackend", cluster={"num_cpus": CPUS},
                       overrides=["megatron_training.train_iters=20", "megatron_training.save_interval=5"], **CONFIRM)
     proc = start_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
     # Trials 0-2 search, 3 and 4 confirm: kill while trial 4 runs, its three seeds past a checkpoint.
     second = tmp_path / "studies" / "s" / "trials" / "4" / "metrics.jsonl"
-    _wait_for(lambda: _lines(second) >= 3 * 7 or proc.poll() is not None, 240, "trial 4 to pass a checkpoint")
+    wait_for(lambda: count_lines(second) >= 3 * 7 or proc.poll() is not None, 240, "trial 4 to pass a checkpoint")
     assert proc.poll() is None, proc.stdout.read()
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
