@@ -570,11 +570,7 @@ def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
                 sink.write(0, base)
                 if callback is not None and callback(0, base):
                     summary["stopped_early"] = True
-                    summary["iterations"] = 0
-                    summary["wall_s"] = time.perf_counter() - t0
-                    state = "stopped"
-                    return summary
-        while run.state.iteration < mt.train_iters:
+        while not summary["stopped_early"] and run.state.iteration < mt.train_iters:
             metrics = run.iteration()
             it = run.state.iteration
             if every and (it % every == 0 or it == mt.train_iters):
