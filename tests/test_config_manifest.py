@@ -50,9 +50,6 @@ ALLOWED_DIFFERENCES: dict[tuple[str, str], str] = {
     ("megatron", "init_method_std"): "the embedded engine initialises fresh tiny policies with it; 0.01 is what "
                                      "MindSpeed-RL's GRPO recipes set (weights are loaded there)",
     ("rl", "actor_resource"): "num_npus: " + NEEDS_A_VALUE,
-    ("rl", "actor_forward_micro_batch_size"): "MindSpeed-RL's null means micro_batch_size; the embedded engine "
-                                              "reads an int (issue 11, render part: inherit micro_batch_size)",
-    ("rl", "ref_forward_micro_batch_size"): "as actor_forward_micro_batch_size",
 }
 # (schema section, manifest section) pairs; the role sections take every Megatron key as a long-tail one.
 SECTIONS: list[tuple[type[BaseModel], str]] = [

@@ -84,3 +84,29 @@ def test_every_nullable_field_defaults_to_null():
         for name, info in model.model_fields.items():
             if _optional(info.annotation) and name not in model.long_tail:
                 assert info.default is None, f"{model.__name__}.{name}"
+
+
+# mindspeed_rl/config_cls/mindstudio_config.py (ProfilerConfig, MsprobeConfig) and cli/train_grpo.py
+# parse_training_config: profiler_config.integrated and msprobe_config, MindSpeed-RL's keys and defaults.
+def test_profiler_and_msprobe_sections_take_mindspeeds_keys_and_render_only_when_given():
+    cfg = load_config("grpo_trainer_qwen25_7b_A3", ["+profiler_config.integrated.profile=true",
+                                                    "+profiler_config.integrated.profile_ranks=[0,1]",
+                                                    "+msprobe_config.msprobe=true"])
+    prof, probe = cfg.profiler_config.integrated, cfg.msprobe_config
+    assert prof.profile and prof.profile_ranks == [0, 1]
+    assert (prof.profile_level, prof.profile_step_start, prof.profile_step_end, prof.stage) == ("level0", 1, 2, "all")
+    assert probe.msprobe and probe.dump_path == "./msprobe_dump" and probe.step_end == 0
+    rendered = yaml.safe_load(render_mindspeed(cfg))
+    assert rendered["profiler_config"]["integrated"]["profile"] is True
+    assert rendered["msprobe_config"]["msprobe"] is True
+    plain = yaml.safe_load(render_mindspeed(load_config("grpo_trainer_qwen25_7b_A3")))
+    assert "profiler_config" not in plain and "msprobe_config" not in plain
+
+
+def test_an_unknown_profiler_key_gets_a_did_you_mean():
+    from grpo.errors import UserError
+
+    with pytest.raises(UserError, match="profiler_config.integrated.profile_levl.*did you mean.*profile_level"):
+        load_config("grpo_trainer_qwen25_7b_A3", ["+profiler_config.integrated.profile_levl=level1"])
+    with pytest.raises(UserError, match="profile_level"):
+        load_config("grpo_trainer_qwen25_7b_A3", ["+profiler_config.integrated.profile_level=level9"])

@@ -27,6 +27,8 @@ from grpo.config.schema import (
     MegatronRoleConfig,
     MegatronTrainingConfig,
     ModelConfig,
+    MsprobeConfig,
+    ProfilerRoleConfig,
     ResourceConfig,
     RLConfig,
     SamplingConfig,
@@ -42,6 +44,8 @@ TABLES: tuple[tuple[str, type[BaseModel]], ...] = (
     ("rl_config.actor_resource", ResourceConfig),
     ("generate_config", GenerateConfig),
     ("generate_config.sampling_config", SamplingConfig),
+    ("profiler_config.integrated", ProfilerRoleConfig),
+    ("msprobe_config", MsprobeConfig),
     ("engine", EngineConfig),
 )
 

@@ -2,7 +2,7 @@
 
 Two files, as MindSpeed-RL lays them out: the trainer YAML (``configs/grpo_trainer_*.yaml``: a
 defaults list naming the model, then megatron_training, actor_config, ref_config and reward_config when
-the config has them, rl_config, generate_config)
+the config has them, rl_config, generate_config, then profiler_config and msprobe_config when given)
 and one ``configs/model/<name>.yaml`` per model, which MindSpeed-RL's Hydra loads itself, so the
 architecture is not inlined into the trainer YAML. grpo-sweep's own ``engine`` section and the
 ``layout`` marker are dropped (the layout's values are already in the sections).
@@ -28,6 +28,8 @@ MINDSPEED_SECTIONS = (
     "reward_config",
     "rl_config",
     "generate_config",
+    "profiler_config",
+    "msprobe_config",
 )
 
 
@@ -47,7 +49,7 @@ def mindspeed_dict(cfg: GRPOConfig) -> dict[str, Any]:
     data: dict[str, Any] = {"defaults": [{"model": list(cfg.model)}, "_self_"]}
     for name in MINDSPEED_SECTIONS:
         section = getattr(cfg, name)
-        if section is not None:  # ref_config / reward_config only when given
+        if section is not None:  # ref_config, reward_config, profiler_config, msprobe_config only when given
             data[name] = section.dump(render=True)
     return data
 

@@ -330,11 +330,15 @@ class _RLConfigBase(Section):
     guarantee_order: bool = Field(False, description="Keep sample order in the TransferDock.")
     gamma: float = Field(1.0, ge=0, le=1, description="Reward discount factor.")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
-    actor_forward_micro_batch_size: int = Field(
-        1, gt=0, description="Micro batch of the actor's log-prob forward pass."
+    actor_forward_micro_batch_size: int | None = Field(
+        None,
+        gt=0,
+        description="Micro batch of the actor's log-prob forward pass; null = actor_config.micro_batch_size.",
     )
-    ref_forward_micro_batch_size: int = Field(
-        1, gt=0, description="Micro batch of the reference log-prob forward pass."
+    ref_forward_micro_batch_size: int | None = Field(
+        None,
+        gt=0,
+        description="Micro batch of the reference log-prob forward pass; null = actor_config.micro_batch_size.",
     )
     adv_estimator: Literal["group_norm", "gae"] = Field("group_norm", description="Advantage estimator.")
     kl_penalty: Literal["kl", "abs", "mse", "low_var_kl"] = Field(
@@ -452,7 +456,14 @@ class _GenerateConfigBase(Section):
     enable_expert_parallel: bool | None = Field(None, description="Split MoE experts across devices.")
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field("bfloat16", description="Rollout weight dtype.")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="Share of device memory vLLM may use.")
-    num_scheduler_steps: int = Field(1, ge=1, description="Sub-steps of one vLLM scheduling round.")
+    num_scheduler_steps: int = Field(
+        1,
+        ge=1,
+        description=(
+            "vLLM multi-step scheduling; accepted and rendered, but MindSpeed-RL 05a90d7 does not pass it on to "
+            "vLLM 0.11 (whose V1 engine has no multi-step scheduling), so it changes nothing there."
+        ),
+    )
     sampling_config: SamplingConfig = Field(
         default_factory=SamplingConfig,
         description="Sampling parameters.",
@@ -463,6 +474,56 @@ if TYPE_CHECKING:
     GenerateConfig = _GenerateConfigBase
 else:
     GenerateConfig = with_long_tail(_GenerateConfigBase, "generate")
+
+
+# ------------------------------------------------------------------------ profiler_config, msprobe_config
+class ProfilerRoleConfig(Section):
+    """MindSpeed-RL's ``ProfilerConfig`` of one role (mindspeed_rl/config_cls/mindstudio_config.py): the
+    torch_npu profiler around chosen iterations. Defaults are MindSpeed-RL's."""
+
+    profile: bool = Field(False, description="Profile this role.")
+    mstx: bool = Field(False, description="Lightweight mstx range markers instead of a full profile.")
+    stage: str = Field("all", description="Which stage to profile (all, or one stage's name).")
+    profile_save_path: str = Field("", description="Folder of the profiling output.")
+    profile_export_type: Literal["text", "db"] = Field("text", description="Export format of the profile.")
+    profile_level: Literal["level_none", "level0", "level1", "level2"] = Field(
+        "level0", description="Profiler level (more detail, more overhead)."
+    )
+    profile_with_memory: bool = Field(False, description="Record memory.")
+    profile_record_shapes: bool = Field(False, description="Record tensor shapes.")
+    profile_with_cpu: bool = Field(True, description="Profile CPU activity.")
+    profile_with_npu: bool = Field(True, description="Profile NPU activity.")
+    profile_with_module: bool = Field(False, description="Record Python module call stacks.")
+    profile_step_start: int = Field(1, ge=0, description="First profiled iteration.")
+    profile_step_end: int = Field(2, ge=0, description="Iteration the profile stops at (exclusive).")
+    profile_analysis: bool = Field(False, description="Analyse the profile after collecting it.")
+    profile_ranks: str | list[int] = Field("all", description="Ranks profiled: all, or a list of ranks.")
+
+
+class ProfilerSectionConfig(Section):
+    """``profiler_config``: MindSpeed-RL's GRPO entry point reads the ``integrated`` role only."""
+
+    integrated: ProfilerRoleConfig | None = Field(
+        None, description="Profiler of the integrated worker (actor, reference and rollout)."
+    )
+
+
+class MsprobeConfig(Section):
+    """MindSpeed-RL's ``MsprobeConfig`` (mindspeed_rl/config_cls/mindstudio_config.py): msprobe data dumps
+    for precision debugging. Defaults are MindSpeed-RL's."""
+
+    msprobe: bool = Field(False, description="Turn msprobe on.")
+    dump_path: str = Field("./msprobe_dump", description="Folder of the dumps.")
+    key_data_dump: bool = Field(False, description="Dump key data (prompts, responses, rewards, advantages).")
+    configurations_dump: bool = Field(False, description="Dump the configurations.")
+    actor_train_dump: bool = Field(False, description="Dump the actor's training forward/backward.")
+    actor_infer_dump: bool = Field(False, description="Dump the actor's rollout.")
+    token_range_start: int = Field(0, ge=0, description="First generated token dumped (actor_infer_dump).")
+    token_range_end: int = Field(0, ge=0, description="Last generated token dumped (actor_infer_dump).")
+    reference_dump: bool = Field(False, description="Dump the reference forward.")
+    critic_train_dump: bool = Field(False, description="Dump the critic's training (PPO).")
+    step_start: int = Field(0, ge=0, description="First dumped iteration.")
+    step_end: int = Field(0, ge=0, description="Last dumped iteration.")
 
 
 # -------------------------------------------------------------------------------------------- engine
@@ -514,6 +575,10 @@ class EngineConfig(Section):
 
 
 # ------------------------------------------------------------------------------------------- the whole
+# Top-level sections present only when a config gives them.
+OPTIONAL_SECTIONS = ("ref_config", "reward_config", "profiler_config", "msprobe_config")
+
+
 class GRPOConfig(BaseModel):
     """One resolved grpo_trainer config: MindSpeed-RL's sections plus grpo-sweep's `engine` and `layout`."""
 
@@ -530,6 +595,12 @@ class GRPOConfig(BaseModel):
     )
     rl_config: RLConfig = Field(default_factory=RLConfig)
     generate_config: GenerateConfig = Field(default_factory=GenerateConfig)
+    profiler_config: ProfilerSectionConfig | None = Field(
+        None, description="MindSpeed-RL's profiler settings (rendered when given; the embedded engine ignores them)."
+    )
+    msprobe_config: MsprobeConfig | None = Field(
+        None, description="MindSpeed-RL's msprobe settings (rendered when given; the embedded engine ignores them)."
+    )
     engine: EngineConfig = Field(
         default_factory=EngineConfig,
         description="grpo-sweep's embedded-engine settings.",
@@ -551,6 +622,22 @@ class GRPOConfig(BaseModel):
         actor = self.actor_config
         return self.layout or f"tp{actor.tensor_model_parallel_size}_pp{actor.pipeline_model_parallel_size}"
 
+    def megatron_value(self, key: str) -> Any:
+        """A Megatron key as the actor's MindSpeed-RL config holds it: the model file, then
+        ``megatron_training``, then ``actor_config``, later winning (``parse_training_config``); MindSpeed-RL's
+        default when none sets it."""
+        for section in (self.actor_config, self.megatron_training, self.model.get(self.actor_config.model)):
+            if section is not None and key in section.model_fields_set:
+                return getattr(section, key)
+        return getattr(self.actor_config, key, None)
+
+    def forward_micro_batch_size(self, role: Literal["actor", "ref"]) -> int:
+        """The micro batch of a role's log-prob forward pass: ``rl_config.<role>_forward_micro_batch_size``,
+        else ``actor_config.micro_batch_size``, as MindSpeed-RL's IntegratedWorker does (a null keeps the
+        training micro batch; a value swaps it in around the forward pass only)."""
+        value = getattr(self.rl_config, f"{role}_forward_micro_batch_size")
+        return int(value) if value is not None else self.actor_config.micro_batch_size
+
     @property
     def model_arch(self) -> ModelConfig:
         """The architecture the actor trains: ``model[actor_config.model]``."""
@@ -570,6 +657,6 @@ class GRPOConfig(BaseModel):
             value = getattr(self, name)
             if isinstance(value, Section):
                 out[name] = value.dump()
-            elif name not in out and not (name in ("ref_config", "reward_config") and value is None):
+            elif name not in out and not (name in OPTIONAL_SECTIONS and value is None):
                 out[name] = to_jsonable_python(value)
         return out

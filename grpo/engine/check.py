@@ -75,6 +75,15 @@ def check_config(cfg: GRPOConfig) -> list[str]:
     arch_model = cfg.model.get(actor.model)
     if arch_model is not None:
         problems += [f"{source}: model.{actor.model}.{key}: {why}" for key, why in _unbuilt_architecture(arch_model)]
+    # MindSpeed-RL's RoPE scaling keys (MegatronConfig: rope_scaling_type linear/yarn/llama3, rope_scaling_factor):
+    # the engine's rotary embedding is unscaled, so a scaled model would silently train another network.
+    scaling, factor = cfg.megatron_value("rope_scaling_type"), cfg.megatron_value("rope_scaling_factor")
+    if scaling is not None or (factor is not None and float(factor) != 1.0):
+        key = "rope_scaling_type" if scaling is not None else "rope_scaling_factor"
+        problems.append(
+            f"{source}: model.{actor.model}.{key}: RoPE scaling ({scaling or 'factor ' + str(factor)}) is not "
+            f"applied by the embedded engine; remove it or use backend: mindspeed"
+        )
 
     builtin = not mt.tokenizer_name_or_path and not actor.load  # else a tokenizer.json decides (checked at start)
     arithmetic = eng.task == "arithmetic"

@@ -55,6 +55,18 @@ def read_model_args(folder: Path, key: str = "actor_config.load") -> ModelArgs:
     ]
     if missing:
         raise UserError(f"{cfg_path}: {key}: config.json lacks {', '.join(missing)} (not a Qwen2 config)")
+    scaling = hf.get("rope_scaling") or {}
+    rope_type = scaling.get("rope_type") or scaling.get("type") or (hf.get("rope_parameters") or {}).get("rope_type")
+    if rope_type not in (None, "default"):
+        raise UserError(
+            f"{cfg_path}: {key}: config.json rope_scaling is {rope_type!r}; the embedded engine applies no RoPE "
+            f"scaling (use backend: mindspeed, or a checkpoint without rope_scaling)"
+        )
+    if hf.get("use_sliding_window"):
+        raise UserError(
+            f"{cfg_path}: {key}: config.json use_sliding_window is true; the embedded engine attends to the whole "
+            f"sequence (set use_sliding_window false if the sequences fit the window)"
+        )
     weights = _weight_names(folder)
     return ModelArgs(
         num_layers=hf["num_hidden_layers"],

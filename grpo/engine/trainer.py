@@ -299,7 +299,7 @@ class Run:
             old = torch.zeros_like(batch.logprobs)
             rest = orders[0][mb:]
             if len(rest):  # mini batches after the first see an updated policy: their old log-probs come first
-                self._forward_logprobs(self.policy, batch, rest, rl.actor_forward_micro_batch_size, old)
+                self._forward_logprobs(self.policy, batch, rest, self.cfg.forward_micro_batch_size("actor"), old)
         else:  # the sampler's own log-probs: the same policy and temperature, no extra forward pass
             old = batch.logprobs
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -404,7 +404,7 @@ class Run:
                 self.reference,
                 batch,
                 torch.arange(len(texts), device=self.device),
-                rl.ref_forward_micro_batch_size,
+                self.cfg.forward_micro_batch_size("ref"),
                 torch.zeros_like(batch.logprobs),
             )
         t_ref = time.perf_counter()

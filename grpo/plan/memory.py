@@ -268,7 +268,7 @@ def estimate(cfg: GRPOConfig, device_memory_gb: float = 64.0) -> Estimate:
     update_peak = max(updates) / GIB
 
     # Log-prob forward (actor and reference): weights only, one forward micro batch's logits, one layer live.
-    forward_mbs = max(rl.actor_forward_micro_batch_size, rl.ref_forward_micro_batch_size)
+    forward_mbs = max(cfg.forward_micro_batch_size("actor"), cfg.forward_micro_batch_size("ref"))
     forward_resident = last * weight_b
     if not gen.offload_train_grad:
         forward_resident += last * grad_b

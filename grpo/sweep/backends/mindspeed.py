@@ -25,6 +25,7 @@ Example (outside Ray, as the tests do)::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -34,6 +35,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -56,6 +58,16 @@ CONFIG_DIR = "mindspeed_config"
 CONFIG_NAME = "grpo_trainer"
 LAUNCH_RECORD = "launch.json"
 RUNTIME_ENV = "configs/envs/runtime_env.yaml"  # RLConfig.runtime_env_path's default, read by main()
+RUNTIME_ENV_FILE = "runtime_env.yaml"  # the trial's own, rendered beside grpo_trainer.yaml
+# Variables of mindspeed.env that concern MindSpeed-RL's driver only, not its Ray workers.
+DRIVER_ONLY_ENV = ("RAY_ADDRESS",)
+# Port blocks: concurrent trials supervised on one host each lease one (a lock file held while the trial
+# runs) and shift every port setting of their runtime env by it, so that no two share an HCCL/LCAL port.
+PORT_LEASE_DIR = "grpo-sweep-ports"  # under the host's temporary directory
+PORT_BLOCKS = 64
+HCCL_PORT_STRIDE = 64  # HCCL_IF_BASE_PORT reserves a run of ports from the base (16 per node in CANN's docs)
+DEFAULT_HCCL_BASE_PORT = 12345  # MindSpeed-RL's configs/envs/runtime_env.yaml
+MAX_PORT = 65520  # HCCL_IF_BASE_PORT's upper bound
 # Ray's internal per-process flags (ray_constants.RAY_INTERNAL_FLAGS): a new driver must not inherit them.
 RAY_INTERNAL_ENV = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_OVERRIDE_NODE_ID_FOR_TESTING")
 TAIL_LINES = 400  # lines kept for classifying a failure
@@ -173,6 +185,7 @@ class LaunchPlan:
     start_iteration: int  # 0 for a fresh run, else the checkpoint iteration it resumes after
     original_weights: str | None
     tracking_env: dict[str, str] = field(default_factory=dict)  # W&B's own variables: group and mode
+    runtime_env: dict[str, Any] = field(default_factory=dict)  # what MindSpeed-RL's ray.init gets (runtime_env.yaml)
 
 
 def _recorded_weights(checkpoint: Path) -> str | None:
@@ -183,8 +196,109 @@ def _recorded_weights(checkpoint: Path) -> str | None:
         return None
 
 
-def render_trial_config(cfg: GRPOConfig, run_dir: Path, settings: MindSpeedSpec, resume: bool) -> LaunchPlan:
-    """Write ``<run dir>/mindspeed_config/{grpo_trainer.yaml, model/<name>.yaml}`` and return the plan.
+# ----------------------------------------------------------------------------- runtime env, ports
+class PortLease:
+    """One port block of this host, held (an exclusive lock on its file) until ``release``.
+
+    The lock dies with the process, so a killed supervisor never keeps a block.
+    """
+
+    def __init__(self, block: int, fd: int | None):
+        self.block = block
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the file drops its lock
+            self._fd = None
+
+
+def lease_port_block(directory: Path | None = None) -> PortLease:
+    """The lowest port block no other trial on this host holds (``TrialFailed`` when all are taken)."""
+    folder = directory or Path(tempfile.gettempdir()) / PORT_LEASE_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for block in range(PORT_BLOCKS):
+        fd = os.open(folder / f"block-{block:03d}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return PortLease(block, fd)
+    raise TrialFailed(f"no free port block: {PORT_BLOCKS} trials already run on {socket.gethostname()}")
+
+
+def _shift_port(name: str, value: str, offset: int) -> str:
+    """``value`` (a port, ``host:port`` or a ``low-high`` range) moved ``offset`` blocks up."""
+    text = str(value).strip()
+    try:
+        if name == "LCAL_COMM_ID":
+            host, _, port = text.rpartition(":")
+            return f"{host}:{int(port) + offset}"
+        if name.endswith("_PORT_RANGE"):
+            low, _, high = text.partition("-")
+            width = int(high) - int(low) + 1
+            return f"{int(low) + offset * width}-{int(high) + offset * width}"
+        return str(int(text) + offset * HCCL_PORT_STRIDE)
+    except ValueError:
+        return text  # "auto" or a form we do not know: left as written
+
+
+def trial_ports(env: dict[str, str], block: int) -> dict[str, str]:
+    """The port settings of one trial: ``env``'s, each moved to port block ``block`` (block 0 keeps them).
+
+    ``HCCL_IF_BASE_PORT`` (HCCL's host-NIC ports, a run from the base; MindSpeed-RL's default file sets
+    12345, the base used when nothing sets it) moves by ``HCCL_PORT_STRIDE`` per block; ``LCAL_COMM_ID``
+    (``host:port`` of MindSpeed's LCAL communicator) by one port; ``HCCL_HOST_SOCKET_PORT_RANGE`` and
+    ``HCCL_NPU_SOCKET_PORT_RANGE`` (``low-high``) by their own width, so the trials' ranges are disjoint.
+    """
+    out = {"HCCL_IF_BASE_PORT": _shift_port("HCCL_IF_BASE_PORT", env.get("HCCL_IF_BASE_PORT", ""), block)}
+    if not out["HCCL_IF_BASE_PORT"].isdigit():
+        out["HCCL_IF_BASE_PORT"] = str(DEFAULT_HCCL_BASE_PORT + block * HCCL_PORT_STRIDE)
+    if int(out["HCCL_IF_BASE_PORT"]) > MAX_PORT:
+        raise TrialFailed(
+            f"HCCL_IF_BASE_PORT for port block {block} is {out['HCCL_IF_BASE_PORT']}, above {MAX_PORT}: "
+            f"lower the base in mindspeed.env or runtime_env.yaml"
+        )
+    for name in ("LCAL_COMM_ID", "HCCL_HOST_SOCKET_PORT_RANGE", "HCCL_NPU_SOCKET_PORT_RANGE"):
+        if env.get(name):
+            out[name] = _shift_port(name, env[name], block)
+    return out
+
+
+def runtime_env_for(cfg: GRPOConfig, settings: MindSpeedSpec, port_block: int) -> dict[str, Any]:
+    """The runtime env MindSpeed-RL's ``main`` passes to ``ray.init``, for one trial.
+
+    MindSpeed-RL reads ``<checkout>/<rl_config.runtime_env_path>`` (``configs/envs/runtime_env.yaml``) and
+    gives it to ``ray.init``: its ``env_vars`` are what every Ray worker of the run (the ``train`` task,
+    the actor and reference workers on the NPUs) sees. The subprocess environment reaches MindSpeed-RL's
+    driver only, not workers that ``ray start`` launched on the NPU nodes. So the trial renders its own
+    file: the checkout's, then W&B's variables (``tracking_env``), then the spec's ``mindspeed.env``
+    (without the driver-only ``RAY_ADDRESS``), then the trial's ports (``trial_ports``).
+    """
+    base_path = settings.resolve(getattr(cfg.rl_config, "runtime_env_path", None) or RUNTIME_ENV)
+    try:
+        base = yaml.safe_load(base_path.read_text()) or {}
+    except OSError:
+        base = {}  # the node check reports a missing file; rendering alone (tests, validate) goes on
+    if not isinstance(base, dict):
+        base = {}
+    env_vars = {str(k): str(v) for k, v in (base.get("env_vars") or {}).items()}
+    env_vars.update(tracking_env(cfg))
+    env_vars.update({k: v for k, v in settings.env.items() if k not in DRIVER_ONLY_ENV})
+    env_vars.update(trial_ports(env_vars, port_block))
+    return {**base, "env_vars": env_vars}
+
+
+def render_trial_config(
+    cfg: GRPOConfig, run_dir: Path, settings: MindSpeedSpec, resume: bool, port_block: int = 0
+) -> LaunchPlan:
+    """Write ``<run dir>/mindspeed_config/{grpo_trainer.yaml, model/<name>.yaml, runtime_env.yaml}`` and
+    return the plan.
+
+    ``rl_config.runtime_env_path`` names the trial's own ``runtime_env.yaml`` (``runtime_env_for``: the
+    checkout's, plus W&B's variables, ``mindspeed.env`` and the trial's ports of ``port_block``);
+    MindSpeed-RL joins it to its checkout path, which keeps an absolute path as it is.
 
     Every trial saves into its own ``actor_config.save``: an absolute path as given, a relative one (or
     none) under the run dir, never into the shared checkout. A fresh run loads the layout's converted
@@ -227,6 +341,10 @@ def render_trial_config(cfg: GRPOConfig, run_dir: Path, settings: MindSpeedSpec,
             trainer["rl_config"].setdefault("integrated_mode_config", {})["ref_model_load_path"] = weights_path
     elif weights_path:
         actor["load"] = weights_path
+    runtime_env = runtime_env_for(cfg, settings, port_block)
+    runtime_env_path = config_dir / RUNTIME_ENV_FILE
+    runtime_env_path.write_text(yaml.safe_dump(runtime_env, sort_keys=False))
+    trainer["rl_config"]["runtime_env_path"] = str(runtime_env_path)
     # Hydra's own outputs go into the run dir, not into the MindSpeed-RL checkout.
     trainer["hydra"] = {"run": {"dir": str(config_dir / "hydra")}, "output_subdir": None}
 
@@ -241,9 +359,10 @@ def render_trial_config(cfg: GRPOConfig, run_dir: Path, settings: MindSpeedSpec,
         "resumed_from": str(resume_from) if resume_from else None,
         "start_iteration": start,
         "layout": cfg.layout_name,
+        "port_block": port_block,
     }
     (config_dir / LAUNCH_RECORD).write_text(json.dumps(record, indent=2))
-    return LaunchPlan(config_dir, CONFIG_NAME, trainer, save_dir, start, weights_path, tracking_env(cfg))
+    return LaunchPlan(config_dir, CONFIG_NAME, trainer, save_dir, start, weights_path, tracking_env(cfg), runtime_env)
 
 
 def tracking_env(cfg: GRPOConfig) -> dict[str, str]:
@@ -425,11 +544,12 @@ class MindSpeedBackend(TrialBackend):
         problems = []
         if not (checkout / settings.entry).is_file():
             problems.append(f"{src}: mindspeed.entry: {settings.entry} not found in {checkout}")
-        runtime_env = settings.resolve(RUNTIME_ENV)
+        runtime_env = settings.resolve(getattr(cfg.rl_config, "runtime_env_path", None) or RUNTIME_ENV)
         if not runtime_env.is_file():
             problems.append(
                 f"{src}: mindspeed.path: {runtime_env} not found (MindSpeed-RL's main opens "
-                f"rl_config.runtime_env_path, default {RUNTIME_ENV}, before ray.init)"
+                f"rl_config.runtime_env_path, default {RUNTIME_ENV}, before ray.init; the trial's own "
+                f"runtime env starts from it)"
             )
         python = settings.interpreter
         if not (shutil.which(python) or Path(python).is_file()):
@@ -475,16 +595,21 @@ class MindSpeedBackend(TrialBackend):
         problems = self.launch_problems(cfg)  # on the node that launches: its checkout, weights, cluster
         if problems:
             raise TrialFailed(f"cannot launch on {socket.gethostname()}: {problems[0]}", problems)
-        plan = render_trial_config(cfg, run_dir, settings, resume)
-        cmd = launch_command(settings, plan)
-        metrics_path = run_dir / "metrics.jsonl"
-        truncate_jsonl_after(metrics_path, plan.start_iteration)
-        with open(run_dir / "train.log", "a", encoding="utf-8") as log, open(metrics_path, "a") as metrics_out:
-            log.write(
-                f"# grpo-sweep: {' '.join(cmd)} (cwd {settings.checkout}, from iteration {plan.start_iteration})\n"
-            )
-            log.flush()
-            return self._supervise(cmd, plan, report, log, metrics_out)
+        ports = lease_port_block()  # held until MindSpeed-RL's process group has exited
+        try:
+            plan = render_trial_config(cfg, run_dir, settings, resume, port_block=ports.block)
+            cmd = launch_command(settings, plan)
+            metrics_path = run_dir / "metrics.jsonl"
+            truncate_jsonl_after(metrics_path, plan.start_iteration)
+            with open(run_dir / "train.log", "a", encoding="utf-8") as log, open(metrics_path, "a") as metrics_out:
+                log.write(
+                    f"# grpo-sweep: {' '.join(cmd)} (cwd {settings.checkout}, from iteration "
+                    f"{plan.start_iteration}, port block {ports.block})\n"
+                )
+                log.flush()
+                return self._supervise(cmd, plan, report, log, metrics_out)
+        finally:
+            ports.release()
 
     def _supervise(
         self, cmd: list[str], plan: LaunchPlan, report: ReportFn, log: TextIO, metrics_out: TextIO

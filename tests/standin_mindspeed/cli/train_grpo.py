@@ -306,10 +306,17 @@ def print_args(args: dict) -> None:
 
 
 def open_runtime_env(rl: dict) -> dict:
-    """MindSpeed-RL's main opens ``<checkout>/<rl_config.runtime_env_path>`` before ``ray.init``."""
-    path = CHECKOUT / rl.get("runtime_env_path", "configs/envs/runtime_env.yaml")
+    """MindSpeed-RL's main opens ``os.path.join(<checkout>, rl_config.runtime_env_path)`` (an absolute
+    path stays itself) before ``ray.init``, adds IS_MULTIMODAL and HCCL_BUFFSIZE, logs it, and gives it to
+    ``ray.init``: its env_vars are what the Ray workers see, so the stand-in takes them on itself."""
+    path = os.path.join(CHECKOUT, rl.get("runtime_env_path", "configs/envs/runtime_env.yaml"))
     with open(path) as file:  # FileNotFoundError, as the real one raises
-        return yaml.safe_load(file)
+        runtime_env = yaml.safe_load(file)
+    runtime_env["env_vars"]["IS_MULTIMODAL"] = str(rl.get("is_multimodal", False))
+    runtime_env["env_vars"]["HCCL_BUFFSIZE"] = str(rl.get("hccl_buffersize", 256))
+    log_info(f"ray init with runtime_env: {runtime_env}")
+    os.environ.update({str(k): str(v) for k, v in runtime_env["env_vars"].items()})
+    return runtime_env
 
 
 def check_tokenizer(train: dict) -> None:
