@@ -26,7 +26,7 @@ def test_embedded_command_reruns_every_seed_from_the_exported_config(tmp_path):
     out = tmp_path / "report dir"  # a space: the command quotes the path
     page = write_report(study, out).read_text()
     how = commands(study, study.trials[6], out / "best_config.yaml")
-    line = f"grpo-train --config-path '{out.resolve()}' --config-name best_config"
+    line = f"grpo-train --config-dir '{out.resolve()}' --config-name best_config"
     assert how.lines == [line, f"{line} megatron_training.seed=2002", f"{line} megatron_training.seed=2003"]
     body = section(page)
     assert "\n".join(how.lines).replace("'", "&#x27;") in body
@@ -46,8 +46,9 @@ def test_exported_config_drops_the_trials_own_paths(tmp_path):
     trial.user_attrs["config"]["actor_config"]["load"] = "/weights/qwen"  # the starting weights: kept
     kept = exported_config(trial, base)
     assert "save" not in kept["actor_config"] and kept["actor_config"]["load"] == "/weights/qwen"
-    trial.user_attrs["config"]["actor_config"]["load"] = "/studies/s/trials/5/ckpt"  # a retry's checkpoint: dropped
-    assert "load" not in exported_config(trial, base)["actor_config"]
+    trial.user_attrs["config"]["actor_config"]["load"] = "/studies/s/trials/5/ckpt"  # a retry's checkpoint:
+    assert exported_config(trial, base)["actor_config"]["load"] == "/weights/qwen"  # back to the starting weights
+    assert "load" not in exported_config(trial, {"actor_config": {"load": None}})["actor_config"]
     assert trial.user_attrs["config"]["actor_config"]["save"]  # the trial's own attrs are left alone
 
 

@@ -8,7 +8,17 @@
 See docs/contracts.md for the interface and docs/config_reference.md for every key.
 """
 
-from grpo.config.compose import config_from_dict, default_config_dir, hydra_overrides, load_config, resolve_target
+from grpo.config.compose import (
+    config_from_dict,
+    config_names,
+    config_search_path,
+    default_config_dir,
+    find_config,
+    group_options,
+    hydra_overrides,
+    load_config,
+    resolve_target,
+)
 from grpo.config.derived import Derived, derive
 from grpo.config.keys import known_keys, suggest_key
 from grpo.config.render import render_mindspeed, render_mindspeed_model
@@ -24,6 +34,7 @@ from grpo.config.schema import (
     RLConfig,
     SamplingConfig,
 )
+from grpo.config.shipped import shipped_configs, shipped_sweep, shipped_sweep_names, shipped_sweeps
 from grpo.config.validate import cli_validate
 
 __all__ = [
@@ -41,13 +52,21 @@ __all__ = [
     "check_rules",
     "cli_validate",
     "config_from_dict",
+    "config_names",
+    "config_search_path",
     "default_config_dir",
     "derive",
+    "find_config",
+    "group_options",
     "hydra_overrides",
     "known_keys",
     "load_config",
     "render_mindspeed",
     "render_mindspeed_model",
     "resolve_target",
+    "shipped_configs",
+    "shipped_sweep",
+    "shipped_sweep_names",
+    "shipped_sweeps",
     "suggest_key",
 ]

@@ -1,9 +1,11 @@
 """Compose a grpo_trainer config with Hydra's compose API and validate it against the schema.
 
-A config is named (``grpo_trainer_tiny_cpu``, looked up in the config dir) or given as a path to a
-YAML file. The config dir is ``<repo>/configs`` unless ``GRPO_CONFIG_DIR`` or ``config_dir`` says
-otherwise; it holds the ``model/`` and ``layout/`` config groups. A file outside the config dir still
-sees those groups (the config dir is added to Hydra's search path).
+A config is named (``grpo_trainer_tiny_cpu``, looked up in the config search path) or given as a path to
+a YAML file. The search path, first match first: the ``config_dir`` argument (one folder or several, in
+order; ``grpo-train --config-dir/--config-path``) or else ``$GRPO_CONFIG_DIR``, then the configs shipped
+with the package (``grpo.config.shipped``: ``configs/`` in a checkout, package data in an installed wheel).
+So a user's folder wins over the shipped one and still sees the shipped ``model/`` and ``layout/`` groups.
+A file given by path searches its own folder first, then the search path (Hydra's search path, in order).
 
 Overrides use Hydra's grammar. A plain ``a.b=v`` sets the key whether or not the YAML spells it (it
 is sent to Hydra as ``++a.b=v``; the schema then rejects unknown keys with a did-you-mean), and
@@ -41,13 +43,13 @@ from grpo.config.canonical import canonicalize
 from grpo.config.messages import validation_problems
 from grpo.config.rules import check_rules
 from grpo.config.schema import KEY_HOMES, MEGATRON_DEFAULTS, GRPOConfig
+from grpo.config.shipped import shipped_configs
 from grpo.errors import UserError
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import Override
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LAYOUT_GROUP = "layout"
 MODEL_GROUP = "model"
 # Second spellings the schema accepts; an override of one must set the key the YAML spells.
@@ -81,12 +83,41 @@ class _LRU:
 _PARSED = _LRU(256)  # (path, file bytes) -> parsed YAML
 _COMPOSED = _LRU(64)  # (primary file, Hydra overrides) -> _Composed
 _PARSER: list[OverridesParser] = []  # Hydra's override parser, built once
+# One config folder, or several searched in order (a user's first; the shipped configs always come last).
+ConfigDirs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 
 
 def default_config_dir() -> Path:
-    """``$GRPO_CONFIG_DIR`` when set, else the repository's ``configs/``."""
+    """``$GRPO_CONFIG_DIR`` when set, else the shipped configs (``configs/`` in a checkout)."""
     env = os.environ.get("GRPO_CONFIG_DIR")
-    return Path(env).expanduser().resolve() if env else REPO_ROOT / "configs"
+    return Path(env).expanduser().resolve() if env else shipped_configs()
+
+
+def config_search_path(config_dir: ConfigDirs = None) -> list[Path]:
+    """The folders config names are looked up in, first match first: ``config_dir`` (one folder or several)
+    or else ``$GRPO_CONFIG_DIR``, then the shipped configs."""
+    if config_dir is None:
+        mine = [default_config_dir()]
+    elif isinstance(config_dir, (str, os.PathLike)):
+        mine = [Path(config_dir).expanduser().resolve()]
+    else:
+        mine = [Path(d).expanduser().resolve() for d in config_dir]
+    return list(dict.fromkeys([*mine, shipped_configs()]))
+
+
+def group_options(group: str, config_dir: ConfigDirs = None) -> list[str]:
+    """The options of a config group (``layout``, ``model``) over the search path, sorted."""
+    return sorted({p.stem for p in _group_files(config_search_path(config_dir), group)})
+
+
+def find_config(name: str, config_dir: ConfigDirs = None) -> Path | None:
+    """``<folder>/<name>.yaml`` in the first folder of the search path that has it, else None."""
+    return next((p for d in config_search_path(config_dir) if (p := d / f"{name}.yaml").is_file()), None)
+
+
+def config_names(config_dir: ConfigDirs = None) -> list[str]:
+    """Every config name the search path offers, sorted."""
+    return sorted({p.stem for d in config_search_path(config_dir) for p in d.glob("*.yaml")})
 
 
 def _display(path: Path) -> str:
@@ -101,11 +132,12 @@ def _looks_like_path(target: str) -> bool:
     return target.endswith((".yaml", ".yml")) or os.sep in target or "/" in target
 
 
-def resolve_target(target: str | os.PathLike[str], config_dir: Path) -> Path:
+def resolve_target(target: str | os.PathLike[str], config_dir: ConfigDirs = None) -> Path:
     """The YAML file a config name or path designates; a one-line UserError when there is none.
 
-    A name is ``<config_dir>/<name>.yaml``; anything that looks like a path (a ``/`` or a ``.yaml`` /
-    ``.yml`` suffix) is taken as one.
+    A name is ``<folder>/<name>.yaml`` in the first folder of the search path that has it (see
+    ``config_search_path``); anything that looks like a path (a ``/`` or a ``.yaml`` / ``.yml`` suffix) is
+    taken as one.
     """
     text = str(target)
     if _looks_like_path(text):
@@ -113,17 +145,17 @@ def resolve_target(target: str | os.PathLike[str], config_dir: Path) -> Path:
         if not path.is_file():
             raise UserError(f"{text}: no such config file")
         return path.resolve()
-    path = config_dir / f"{text}.yaml"
-    if not path.is_file():
-        names = sorted(p.stem for p in config_dir.glob("*.yaml"))
-        raise UserError(
-            f"{text}: no config named '{text}' in {_display(config_dir)} (available: {', '.join(names) or 'none'})"
-        )
-    return path
+    found = find_config(text, config_dir)
+    if found is None:
+        where = ", ".join(_display(d) for d in config_search_path(config_dir))
+        names = config_names(config_dir)
+        raise UserError(f"{text}: no config named '{text}' in {where} (available: {', '.join(names) or 'none'})")
+    return found
 
 
-def _dir_of(config_dir: str | os.PathLike[str] | None) -> Path:
-    return Path(config_dir).expanduser().resolve() if config_dir is not None else default_config_dir()
+def _search_dirs(path: Path, config_dir: ConfigDirs) -> list[Path]:
+    """Hydra's search path for composing ``path``: its own folder, then the config search path."""
+    return list(dict.fromkeys([path.parent, *config_search_path(config_dir)]))
 
 
 def _read(path: Path) -> bytes | None:
@@ -252,13 +284,12 @@ def _plan(overrides: Sequence[str], primary: Any, source: str, dirs: Sequence[Pa
 
 
 def hydra_overrides(
-    name_or_path: str | os.PathLike[str], overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None
+    name_or_path: str | os.PathLike[str], overrides: Sequence[str], config_dir: ConfigDirs = None
 ) -> list[str]:
     """``overrides`` as ``load_config`` hands them to Hydra (``a.b=v`` -> ``++a.b=v``, ``layout=x`` ->
     ``+layout=x`` when the defaults list names no layout); a Hydra app passes these to get the same config."""
-    cfg_dir = _dir_of(config_dir)
-    path = resolve_target(name_or_path, cfg_dir)
-    dirs = [path.parent] + ([cfg_dir] if cfg_dir != path.parent else [])
+    path = resolve_target(name_or_path, config_dir)
+    dirs = _search_dirs(path, config_dir)
     return [p.text for p in _plan(list(overrides), _load_yaml(path), _display(path), dirs)]
 
 
@@ -313,6 +344,11 @@ def _hydra_compose(primary_dir: Path, name: str, overrides: list[str], source: s
     return cfg, choices
 
 
+def quoted(text: str) -> str:
+    """``text`` as a quoted string of Hydra's override grammar (a path with spaces or commas stays one)."""
+    return "'" + text.replace("'", "\\'") + "'"  # Hydra unescapes a backslash only before a quote
+
+
 def _one_line(source: str, err: Exception) -> str:
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     return f"{source}: {' '.join(lines[:3])}"
@@ -325,7 +361,7 @@ def _compose(path: Path, primary: Any, planned: list[_Planned], dirs: Sequence[P
     slow = any(p.hydra_only for p in planned)
     to_hydra = [p.text for p in planned if slow or p.key is None]
     if len(dirs) > 1:
-        paths = ",".join(f"file://{d}" for d in dirs[1:])
+        paths = ",".join(quoted(f"file://{d}") for d in dirs[1:])
         to_hydra.append(f"hydra.searchpath=[{paths}]")
     with _HYDRA_LOCK:
         if slow:
@@ -387,20 +423,20 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> GRPOConfig
 def load_config(
     name_or_path: str | os.PathLike[str],
     overrides: Sequence[str] = (),
-    config_dir: str | os.PathLike[str] | None = None,
+    config_dir: ConfigDirs = None,
 ) -> GRPOConfig:
     """Compose, validate and rule-check one grpo_trainer config.
 
-    ``name_or_path`` is a config name in the config dir or a path to a YAML file; ``overrides`` are
-    Hydra override strings. Raises UserError (every problem in ``problems``) on any user mistake.
+    ``name_or_path`` is a config name on the config search path (``config_dir``, one folder or several,
+    or ``$GRPO_CONFIG_DIR``, then the shipped configs) or a path to a YAML file; ``overrides`` are Hydra
+    override strings. Raises UserError (every problem in ``problems``) on any user mistake.
     """
-    cfg_dir = _dir_of(config_dir)
-    path = resolve_target(name_or_path, cfg_dir)
+    path = resolve_target(name_or_path, config_dir)
     source = _display(path)
     primary = _load_yaml(path)
     if primary is not None and not isinstance(primary, dict):
         raise UserError(f"{source}: must be a mapping of sections (got {type(primary).__name__})")
-    dirs = [path.parent] + ([cfg_dir] if cfg_dir != path.parent else [])
+    dirs = _search_dirs(path, config_dir)
     for group in (MODEL_GROUP, LAYOUT_GROUP):  # syntax errors in group files get their line number too
         for option in sorted(set(_group_files(dirs, group))):
             _load_yaml(option)

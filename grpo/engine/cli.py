@@ -1,12 +1,18 @@
-"""`grpo-train`: one GRPO run as a Hydra app over the repository's configs/.
+"""`grpo-train`: one GRPO run as a Hydra app over the shipped configs (``configs/`` in a checkout).
 
     grpo-train --config-name grpo_trainer_tiny_cpu rl_config.clip_ratio=0.25
+    grpo-train --config-dir . --config-name best                             # ./best.yaml (grpo-sweep best --export)
     grpo-train --multirun rl_config.clip_ratio=0.1,0.2,0.3                   # Hydra's basic launcher
     grpo-train --multirun hydra/launcher=ray rl_config.kl_penalty=kl,low_var_kl   # one Ray task per job
 
-The config path is the repository's ``configs/`` (``$GRPO_CONFIG_DIR`` overrides it); the default config is
-``grpo_trainer_tiny_cpu``. Each job trains into Hydra's output dir (``outputs/<date>/<time>/`` or
-``multirun/<date>/<time>/<job>/``): metrics.jsonl, train.log, and checkpoints when actor_config.save is set.
+Config names are looked up as in Hydra, first match first: ``--config-dir DIR`` (Hydra's "add a config
+folder"), then the app's config path: ``--config-path DIR`` (relative to the working directory, not to this
+file as Hydra would take it), else ``$GRPO_CONFIG_DIR``, else the configs shipped with the package; the
+shipped folder stays last on the search path, so a user's config still finds the shipped ``model/`` and
+``layout/`` groups. ``--config-name`` is a name (``best``, ``best.yaml``); a file path there is one line
+saying which command runs it. The default config is ``grpo_trainer_tiny_cpu``. Each job trains into Hydra's
+output dir (``outputs/<date>/<time>/`` or ``multirun/<date>/<time>/<job>/``): metrics.jsonl, train.log, and
+checkpoints when actor_config.save is set.
 
 Before Hydra starts, every job of the sweep is composed and validated with ``grpo.config.load_config``,
 so a misspelt key, a wrong type or an infeasible layout is one ``error: ...`` line per problem on stderr
@@ -18,7 +24,9 @@ validated again by the same schema, so what trains is exactly what was checked.
 from __future__ import annotations
 
 import itertools
+import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,9 +54,29 @@ _INFO_FLAGS = {
 }
 
 
-def _split_argv(argv: list[str]) -> tuple[str, Path | None, list[str], bool, bool]:
-    """(config name, config path, overrides, multirun?, info-only?) from Hydra's command line."""
-    name, path, overrides, multirun, info = DEFAULT_CONFIG, None, [], False, False
+@dataclass
+class _Args:
+    """What ``grpo-train``'s command line says about the config (Hydra's flags) and the overrides."""
+
+    name: str = DEFAULT_CONFIG
+    config_path: Path | None = None  # --config-path: the app's config folder (replaces the default)
+    config_dir: Path | None = None  # --config-dir: a folder searched before it (Hydra prepends it)
+    overrides: list[str] | None = None
+    multirun: bool = False
+    info: bool = False
+
+    def dirs(self) -> list[Path] | None:
+        """The folders a config name is looked up in before the shipped configs (None: the defaults)."""
+        from grpo.config import default_config_dir
+
+        if self.config_dir is None and self.config_path is None:
+            return None
+        return [d for d in (self.config_dir, self.config_path or default_config_dir()) if d is not None]
+
+
+def _split_argv(argv: list[str]) -> _Args:
+    """Hydra's command line: config name, config path and dir, overrides, multirun?, info only?"""
+    args = _Args(overrides=[])
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -58,17 +86,43 @@ def _split_argv(argv: list[str]) -> tuple[str, Path | None, list[str], bool, boo
                 i += 1
                 value = argv[i] if i < len(argv) else ""
             if flag in ("--config-name", "-cn"):
-                name = value
+                args.name = value
             elif flag in ("--config-path", "-cp"):
-                path = Path(value)
+                args.config_path = Path(value).expanduser().resolve()
+            elif flag in ("--config-dir", "-cd"):
+                args.config_dir = Path(value).expanduser().resolve()
         elif arg in ("--multirun", "-m"):
-            multirun = True
+            args.multirun = True
         elif flag in _INFO_FLAGS:
-            info = True
+            args.info = True
         elif not arg.startswith("-"):
-            overrides.append(arg)
+            assert args.overrides is not None
+            args.overrides.append(arg)
         i += 1
-    return name, path, overrides, multirun, info
+    return args
+
+
+def config_file(args: _Args) -> Path:
+    """The YAML file Hydra composes as the primary config; a one-line UserError when there is none.
+
+    ``--config-name`` takes a name, with or without ``.yaml``. A name that is no config on the search path
+    but a file from the working directory (``--config-name best.yaml``) gets the command that runs it.
+    """
+    from grpo.config import find_config, resolve_target
+
+    name = args.name
+    stem = name.removesuffix(".yaml").removesuffix(".yml")
+    found = find_config(stem, args.dirs()) if stem else None
+    if found is not None:
+        return found
+    as_file = Path(name if name.endswith((".yaml", ".yml")) else f"{name}.yaml").expanduser()
+    if stem and as_file.is_file():
+        folder = shlex.quote(str(as_file.parent))
+        raise UserError(
+            f"--config-name {name}: a config name, looked up in the config folders, not a file; "
+            f"run it as: grpo-train --config-dir {folder} --config-name {shlex.quote(as_file.stem)}"
+        )
+    return resolve_target(stem or name, args.dirs())  # raises: no config named ... (available: ...)
 
 
 def _is_hydra_key(override: str) -> bool:
@@ -106,13 +160,14 @@ def precheck(argv: list[str]) -> None:
     """Compose and validate every job before Hydra runs; UserError lists the problems."""
     from grpo.config import load_config
 
-    name, path, overrides, multirun, info = _split_argv(argv)
-    if info:
+    args = _split_argv(argv)
+    if args.info:
         return
+    path = config_file(args)
     problems: list[str] = []
-    for job in jobs_of(overrides, multirun):
+    for job in jobs_of(args.overrides or [], args.multirun):
         try:
-            load_config(name, job, config_dir=path)
+            load_config(path, job, config_dir=args.dirs())
         except UserError as err:
             problems += [p for p in err.problems if p not in problems]
     if problems:
@@ -153,20 +208,69 @@ def _task(hydra_cfg: DictConfig) -> float | None:
     return final.get("grpo/score/mean")  # what a Hydra sweeper (e.g. Optuna's) optimises
 
 
+def _absolute_config_path(argv: list[str]) -> list[str]:
+    """``--config-path P`` with P made absolute against the working directory (Hydra would take a relative
+    P against this file's folder, which no user means)."""
+    out, i = [], 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        if flag in ("--config-path", "-cp"):
+            if not eq:
+                i += 1
+                value = argv[i] if i < len(argv) else ""
+            if value and not value.startswith("pkg://"):
+                value = str(Path(value).expanduser().resolve())
+            out.append(f"{flag}={value}")
+        else:
+            out.append(argv[i])
+        i += 1
+    return out
+
+
+def _searchpath_override(args: _Args, primary: Path) -> list[str]:
+    """``hydra.searchpath=[...]`` adding the folders of the config search path Hydra would not search (the
+    shipped configs behind a user's ``--config-path`` or ``$GRPO_CONFIG_DIR``), after any the primary
+    config names itself; none when the user sets ``hydra.searchpath`` or nothing is missing."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from grpo.config import config_search_path, default_config_dir
+    from grpo.config.compose import quoted
+
+    if any(o.lstrip("+").startswith("hydra.searchpath=") for o in args.overrides or []):
+        return []
+    searched = {d for d in (args.config_dir, args.config_path or default_config_dir()) if d is not None}
+    missing = [d for d in config_search_path(args.dirs()) if d not in searched and d != primary.parent]
+    if not missing:
+        return []
+    try:
+        own = OmegaConf.select(OmegaConf.create(yaml.safe_load(primary.read_text()) or {}), "hydra.searchpath")
+    except Exception:  # the config's own errors are reported by the composition, not here
+        own = None
+    paths = [str(p) for p in (own or [])] + [f"file://{d}" for d in missing]
+    return ["hydra.searchpath=[" + ",".join(map(quoted, paths)) + "]"]
+
+
 def hydra_argv(argv: list[str]) -> list[str]:
-    """The command line with plain ``a.b=v`` overrides spelt ``++a.b=v``, as ``load_config`` sends them.
+    """The command line as Hydra gets it: plain ``a.b=v`` overrides spelt ``++a.b=v``, as ``load_config``
+    sends them; ``--config-path`` absolute; the shipped configs on the search path behind a user's folder.
 
     A key the YAML does not spell (e.g. ``actor_config.no_save_optim``, a schema field with a default) then
     sets it instead of failing Hydra's struct check; unknown keys were already rejected by ``precheck``.
     """
     from grpo.config import hydra_overrides
 
-    name, path, overrides, _, info = _split_argv(argv)
-    if info:
-        return argv
-    mine = [o for o in overrides if not _is_hydra_key(o)]
-    rewritten = dict(zip(mine, hydra_overrides(name, mine, config_dir=path), strict=True))
-    return [rewritten.get(a, a) for a in argv]
+    argv = _absolute_config_path(argv)
+    args = _split_argv(argv)
+    if args.info:  # --cfg job, --help ...: no precheck ran, Hydra says what it finds
+        try:
+            return argv + _searchpath_override(args, config_file(args))
+        except UserError:
+            return argv
+    path = config_file(args)
+    mine = [o for o in args.overrides or [] if not _is_hydra_key(o)]
+    rewritten = dict(zip(mine, hydra_overrides(path, mine, config_dir=args.dirs()), strict=True))
+    return [rewritten.get(a, a) for a in argv] + _searchpath_override(args, path)
 
 
 def main(argv: list[str] | None = None) -> None:

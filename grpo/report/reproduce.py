@@ -1,12 +1,17 @@
 """How to rerun the best trial: its exported config, the exact command, and the environment it ran in.
 
 - ``exported_config(trial, base)``: the trial's resolved config (its ``config`` attr, the first seed's)
-  without the per-trial paths a new run must choose itself: ``actor_config.save``, and
-  ``actor_config.load`` where the sweep pointed it at a checkpoint of this trial (it differs from the
-  base config's). ``config_yaml`` is it as the grpo_trainer YAML the report writes as
-  ``best_config.yaml``, the same file ``grpo-sweep best --export`` writes.
+  without what belongs to that trial's run, which a new run chooses itself: its checkpoint folder
+  (``actor_config.save``), a checkpoint of the trial itself in ``actor_config.load`` (a retry's resume),
+  its tracking (W&B run name, group, project, folder, mode; TensorBoard) and how many checkpoints it kept
+  (``RUN_KEYS``), and the generated task's data file the sweep
+  placed beside the driver (``megatron_training.data_path`` unless ``engine.task`` is ``dataset``): each
+  goes back to the base config's value (dropped, so the schema default applies, when the base has none).
+  Inputs stay as the trial ran them (absolute: the file runs from any directory). ``config_yaml`` is it as
+  the grpo_trainer YAML the report writes as ``best_config.yaml``, the same file ``grpo-sweep best
+  --export`` writes; its header names the one command that runs it (``run_line``).
 - ``commands(study, trial, config_path)``: the command lines. Embedded backend:
-  ``grpo-train --config-path <abs dir> --config-name best_config`` (one line per seed beyond the first,
+  ``grpo-train --config-dir <abs dir> --config-name best_config`` (one line per seed beyond the first,
   with its ``megatron_training.seed``). MindSpeed backend: the launch the trial's first seed logged as
   the first line of its ``train.log`` (``# grpo-sweep: <cmd> (cwd <checkout>, ...)``), else the launch
   rebuilt from the spec's ``mindspeed`` settings and the trial's rendered ``mindspeed_config``.
@@ -43,21 +48,87 @@ class Reproduction:
     note: str  # what the lines do and where they come from
 
 
+# What the sweep sets per trial seed for the trial's own run (its checkpoint folder, its tracking: W&B run
+# name, group, folder and mode, TensorBoard; old checkpoints kept): a new run gets the base config's.
+RUN_KEYS = (
+    "actor_config.save",
+    "engine.keep_checkpoints",
+    "rl_config.use_wandb",
+    "rl_config.wandb_project",
+    "rl_config.wandb_exp_name",
+    "rl_config.wandb_save_dir",
+    "rl_config.use_tensorboard",
+    "engine.wandb_group",
+    "engine.wandb_mode",
+    "engine.trial_params",  # the searched values a tracked run logs as its TensorBoard HParams
+)
+
+
+# What a retry sets to resume from its own checkpoint (grpo.sweep.trial_builder.RESUME_KEYS).
+RESUME_KEYS = ("actor_config.finetune", "actor_config.no_load_optim", "actor_config.no_load_rng")
+
+
+def _get(config: dict[str, Any] | None, dotted: str) -> Any:
+    node: Any = config or {}
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _restore(body: dict[str, Any], base: dict[str, Any] | None, dotted: str) -> None:
+    """``body[dotted]`` set back to the base config's value where it differs; removed when the base has none."""
+    if _get(body, dotted) == _get(base, dotted):
+        return
+    *parents, leaf = dotted.split(".")
+    node = body
+    for part in parents:
+        node = node.get(part)  # type: ignore[assignment]
+        if not isinstance(node, dict):
+            return
+    value = _get(base, dotted)
+    if value is None or value == "":
+        node.pop(leaf, None)
+    else:
+        node[leaf] = copy.deepcopy(value)
+
+
+def _same_place(value: Any, base_value: Any) -> bool:
+    """The trial's path is the base config's, possibly made absolute by the sweep (relative to its cwd)."""
+    if value == base_value:
+        return True
+    if not (isinstance(value, str) and isinstance(base_value, str) and value and base_value):
+        return False
+    mine, theirs = Path(value), Path(base_value)
+    tail = [p for p in theirs.parts if p not in (".", "")]
+    return mine.is_absolute() and not theirs.is_absolute() and bool(tail) and list(mine.parts[-len(tail) :]) == tail
+
+
 def exported_config(trial: FrozenTrial, base: dict[str, Any] | None) -> dict[str, Any] | None:
     config = trial.user_attrs.get("config")
     if not isinstance(config, dict):
         return None
     body = copy.deepcopy(config)
-    actor = body.get("actor_config")
-    if isinstance(actor, dict):
-        actor.pop("save", None)  # the trial's own checkpoint folder
-        base_actor = (base or {}).get("actor_config") or {}
-        if "load" in actor and actor.get("load") != base_actor.get("load"):
-            actor.pop("load")  # a checkpoint of this trial (a retry resumed from it), not the starting weights
+    for key in RUN_KEYS:
+        _restore(body, base, key)
+    if not _same_place(_get(body, "actor_config.load"), _get(base, "actor_config.load")):
+        # a checkpoint of this trial (a retry resumed from it): the starting weights, loaded as at the start
+        for key in ("actor_config.load", *RESUME_KEYS):
+            _restore(body, base, key)
+    if _get(body, "engine.task") != "dataset":  # a generated task's data file is written, not read
+        _restore(body, base, "megatron_training.data_path")
     return body
 
 
-def config_yaml(study: optuna.Study, trial: FrozenTrial, base: dict[str, Any] | None) -> str | None:
+def run_line(config_path: Path) -> str:
+    """The one command that runs an exported config file, from any directory."""
+    path = Path(config_path).resolve()
+    return f"grpo-train --config-dir {shlex.quote(str(path.parent))} --config-name {shlex.quote(path.stem)}"
+
+
+def config_yaml(
+    study: optuna.Study, trial: FrozenTrial, base: dict[str, Any] | None, path: Path | None = None
+) -> str | None:
+    """The exported config as YAML with a header (trial, params, seeds; the command that runs ``path``)."""
     body = exported_config(trial, base)
     if body is None:
         return None
@@ -66,6 +137,7 @@ def config_yaml(study: optuna.Study, trial: FrozenTrial, base: dict[str, Any] | 
         f"# trial {trial.number} of study {study.study_name}: the best trial of its report\n"
         f"# params: {json.dumps(trial.params, default=str)}\n"
         + (f"# seeds it ran ({SEED_KEY}): {', '.join(map(str, seeds))}\n" if isinstance(seeds, list) else "")
+        + (f"# run it: {run_line(path)}\n" if path is not None else "")
     )
     return header + yaml.safe_dump(body, sort_keys=False)
 
@@ -76,8 +148,7 @@ def commands(study: optuna.Study, trial: FrozenTrial, config_path: Path) -> Repr
     if backend == "mindspeed":
         return _mindspeed(study, trial, spec or {})
     seeds = [s for s in (trial.user_attrs.get("seeds") or []) if isinstance(s, int)]
-    config_dir = Path(config_path).resolve().parent
-    line = f"grpo-train --config-path {shlex.quote(str(config_dir))} --config-name {CONFIG_NAME}"
+    line = run_line(config_path)
     lines = [line] + [f"{line} {SEED_KEY}={s}" for s in seeds[1:]]
     note = f"Reruns trial {trial.number} with the embedded engine from {config_path.name} beside this report" + (
         f"; one line per seed it ran ({', '.join(map(str, seeds))}), the first is the file's own seed."
