@@ -12,12 +12,11 @@ same shape (no new worker process per job) and killed when another shape needs t
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo.sweep.connect import connect, disconnect
 from grpo.sweep.worker import SeedJob, TrialWorker
 
 JobKey = tuple[int, int]  # (trial number, seed index)
@@ -55,7 +54,7 @@ class Finished:
 
 @dataclass
 class RayScheduler:
-    """Runs seed jobs on a Ray cluster: ``local`` (started here), ``auto`` or ``ray://host:port``."""
+    """Runs seed jobs on a Ray cluster: ``local`` (started here), ``auto``, ``host:port`` or ``ray://host:port``."""
 
     address: str = "local"
     num_cpus: int | None = None
@@ -69,21 +68,9 @@ class RayScheduler:
     def __post_init__(self) -> None:
         import ray
 
-        if not ray.is_initialized():
-            env = {"env_vars": _worker_env()}
-            if self.address in (None, "", "local"):
-                ray.init(
-                    address="local",  # always a new local cluster, never a stale one found on disk
-                    num_cpus=self.num_cpus or os.cpu_count(),
-                    resources=self.resources or None,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    configure_logging=False,
-                    runtime_env=env,
-                )
-            else:
-                ray.init(address=self.address, log_to_driver=False, configure_logging=False, runtime_env=env)
-            self._started_ray = True
+        # grpo.sweep.connect: the address resolved and probed as Ray's own tools do (one-line errors), a remote
+        # cluster announced in one line; when `grpo-sweep run` joined it already, the connection is reused.
+        self._started_ray = connect(self.address, num_cpus=self.num_cpus, resources=self.resources)
         self._actor_cls = ray.remote(max_concurrency=4)(TrialWorker)  # type: ignore[call-overload]  # Ray's stubs lack actor options
         self._total = {k: float(v) for k, v in ray.cluster_resources().items()}
 
@@ -232,7 +219,7 @@ class RayScheduler:
         self._busy.clear()
         self._idle.clear()
         if self._started_ray:
-            ray.shutdown()
+            disconnect()
 
 
 def _get_or_empty(ref: Any) -> list[Any]:
@@ -242,16 +229,6 @@ def _get_or_empty(ref: Any) -> list[Any]:
         return ray.get(ref, timeout=30)
     except Exception:
         return []
-
-
-def _worker_env() -> dict[str, str]:
-    """Environment for Ray workers: what the driver can import, they can (user backends, tests)."""
-    paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]
-    env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
-    for key in ("GRPO_CACHE_DIR", "GRPO_CONFIG_DIR", "WANDB_MODE"):
-        if os.environ.get(key):
-            env[key] = os.environ[key]
-    return env
 
 
 def _death_reason(err: Exception) -> str:
