@@ -9,14 +9,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
-from grpo.errors import UserError
+from grpo.errors import StudyStopped, UserError, did_you_mean
 
 SUBCOMMANDS = ("run", "validate", "status", "best", "report", "export")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line, ``error: grpo-sweep run: <what>``, and exit code 2 (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="grpo-sweep",
         description="Declarative Optuna sweeps of GRPO training runs on Ray.",
         epilog="`grpo-sweep SPEC` is short for `grpo-sweep run SPEC`.",
@@ -25,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run or resume the study, then write its report")
     run.add_argument("spec")
-    run.add_argument("--address", help="Ray cluster: local | auto | ray://host:port (overrides the spec)")
+    run.add_argument("--address", help="Ray cluster: local | host:port | ray://host:port | auto (overrides the spec)")
     run.add_argument("--concurrency", type=int, help="trials at once (overrides the spec)")
     run.add_argument("--trials", type=int, help="finished trials to reach (overrides the spec)")
     run.add_argument("--fork", metavar="NEW_NAME", help="start a new study from a changed spec")
@@ -57,7 +66,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_fork(spec: str, name: str) -> None:
+    from grpo.sweep.spec import MAX_STUDY_NAME, STUDY_NAME
+
+    if not STUDY_NAME.fullmatch(name) or len(name) > MAX_STUDY_NAME:
+        raise UserError(
+            f"{spec}: --fork: study names use letters, digits, '-' and '_' only, at most {MAX_STUDY_NAME} "
+            f"(got {name!r})"
+        )
+
+
+def _unknown_command(word: str) -> str | None:
+    """The line for ``grpo-sweep statuss spec.yaml``: a word that is no subcommand, no file and no spec name."""
+    if os.path.exists(word) or word.endswith((".yaml", ".yml")) or "/" in word or os.sep in word:
+        return None
+    hint = did_you_mean(word, SUBCOMMANDS)
+    if hint is None:
+        return None  # maybe the name of a shipped example sweep: the spec loader decides
+    return f"grpo-sweep: unknown command {word}; did you mean {hint}? (commands: {', '.join(SUBCOMMANDS)})"
+
+
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run" and args.fork is not None:
+        _check_fork(args.spec, args.fork)
     if args.command == "validate":
         from grpo.sweep.load import looks_like_spec
 
@@ -76,8 +107,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 def sweep_main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in SUBCOMMANDS and not argv[0].startswith("-"):
+        unknown = _unknown_command(argv[0])
+        if unknown is not None:
+            print(f"error: {unknown}", file=sys.stderr)
+            return 2
         argv.insert(0, "run")
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # --help (0) or an argparse error already printed as one line (2)
+        return done.code if isinstance(done.code, int) else 2
     try:
         code = _dispatch(args)
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at interpreter exit
@@ -86,6 +124,9 @@ def sweep_main(argv: list[str] | None = None) -> int:
         for line in err.problems:
             print(f"error: {line}", file=sys.stderr)
         return 2
+    except StudyStopped as err:  # a full disk or another I/O error in the driver: stopped cleanly, resumable
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `grpo-sweep status --json | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's recipe: no second error at exit
         return 1

@@ -29,6 +29,11 @@ class UserError(Exception):
         super().__init__(message)
 
 
+class StudyStopped(Exception):
+    """The driver stopped a study it cannot go on with (an I/O error such as a full disk): one line, exit
+    code 1. Nothing is lost: the running trials were stopped as by Ctrl-C and resume on the next run."""
+
+
 def did_you_mean(word: str, options: Iterable[str], cutoff: float = 0.6) -> str | None:
     """The option closest to ``word`` (difflib ratio >= ``cutoff``), or None."""
     match = difflib.get_close_matches(word, list(options), n=1, cutoff=cutoff)
@@ -85,8 +90,10 @@ def describe_error(err: Any, *, plain_values: bool = False) -> str:
         limit = next(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
         limit = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
         return f"must be {_BOUNDS[kind]} {limit} (got {shown(value)})"
-    if kind == "too_short":
+    if kind in ("too_short", "string_too_short"):
         return "must not be empty"
+    if kind == "finite_number":
+        return f"must be a finite number (got {shown(value)})"
     for word, text in _TYPE_WORDS.items():
         if kind.startswith(word) and any(part in kind for part in ("type", "parsing", "fraction", "_from_float")):
             return f"must be {text} (got {shown(value)})"

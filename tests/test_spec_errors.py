@@ -209,7 +209,7 @@ def test_spec_path_is_a_folder(tmp_path):
         ("retries: -1", "retries: must be >= 0 (got -1)"),
         ("timeout_per_trial: 0", "timeout_per_trial: must be > 0 (got 0)"),
         ("backend: npu", "backend: must be embedded, mindspeed or package.module:ClassName (got npu)"),
-        ("cluster: {address: 'http://x'}", "cluster.address: must be local, auto or ray://host:port (got 'http://x')"),
+        ("cluster: {address: 'http://x'}", "cluster.address: must be local, auto, host:port (what `ray start --head` prints) or ray://host:port (got 'http://x')"),
         ("storage: 'studies/x.db'", "storage: must be an Optuna storage URL"),
         ("tracking: {wandb: yes}", "tracking.wandb: must be one of off, offline, online (got True)"),
         ("plan: {device_memory_gb: 0}", "plan.device_memory_gb: must be > 0 (got 0)"),
@@ -313,7 +313,8 @@ def test_cmaes_refuses_multi_objective(tmp_path):
 def test_cli_overrides_are_validated_like_the_spec(tmp_path):
     path = write(tmp_path, GOOD)
     assert problems(path, address="nowhere") == [
-        f"{path}: cluster.address: must be local, auto or ray://host:port (got 'nowhere')"
+        f"{path}: cluster.address: must be local, auto, host:port (what `ray start --head` prints) or ray://host:port "
+        "(got 'nowhere')"
     ]
     assert problems(path, concurrency=0) == [f"{path}: concurrency: must be >= 1 (got 0)"]
 

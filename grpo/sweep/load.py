@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from grpo.config import default_config_dir, load_config
+from grpo.config import config_names, config_search_path, find_config, load_config, shipped_sweep, shipped_sweep_names
 from grpo.errors import UserError, did_you_mean, dotted, validation_lines
 from grpo.sweep.samplers import check_sampler_and_pruner
-from grpo.sweep.space import SearchSpace, check_key, parse_overrides
+from grpo.sweep.space import SearchSpace, check_key, distribution_ends, format_value, parse_overrides
 from grpo.sweep.spec import SearchEntry, SweepSpec
 
 
@@ -58,8 +58,12 @@ def _problems(error: ValidationError, source: str, objective_was_list: bool) -> 
     def relocate(loc: tuple[Any, ...], message: str) -> tuple[tuple[Any, ...], str]:
         if loc[:1] == ("objective",) and not objective_was_list and len(loc) > 1 and loc[1] == 0:
             loc = ("objective", *loc[2:])  # the user wrote one mapping, not a list
-        if message.startswith("k: "):
-            return (*loc, "k"), message[3:]
+        for key in ("k", "metric"):  # an objective's rule about one of its keys
+            if message.startswith(f"{key}: "):
+                return (*loc, key), message[len(key) + 2 :]
+        if loc[-2:] == ("cluster", "resources") and ": " in message:  # a rule about one resource
+            name, _, rest = message.partition(": ")
+            return (*loc, name), rest
         for key in ("objective", "confirm"):  # a whole-spec rule about one key: shown at that key
             if message.startswith(f"{key}: "):
                 return (key,), message[len(key) + 2 :]
@@ -80,7 +84,9 @@ class _SpecLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key: PyYAML's own construct_mapping refuses it
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} is written twice in one mapping", key_node.start_mark
                 )
@@ -106,51 +112,121 @@ def _expanded_size(data: Any) -> int:
     return size(data)
 
 
-def _read_text(path: Path, source: str) -> str:
+TOO_DEEP = "YAML nested too deeply (hundreds of levels); a spec is a few levels deep"
+DEEP_FLOW = re.compile(r"(?:[\[{]\s*){100}")  # 100 collections opened in a row: refused before PyYAML recurses
+MAX_FILE_BYTES = 1_000_000  # a spec or a config is a few KB; parsing megabytes of YAML takes seconds
+
+
+def _encoding_of(raw: bytes) -> str:
+    """How text that is no UTF-8 is encoded, as far as a user needs to know to fix it."""
+    if raw[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        return "UTF-32"
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "UTF-16"
+    head = raw[:200]
+    if len(head) >= 4 and (head[0::2].count(0) > len(head) // 4 or head[1::2].count(0) > len(head) // 4):
+        return "UTF-16"  # ASCII text saved as UTF-16 without a byte-order mark: every other byte is 0
+    return "not UTF-8"
+
+
+def read_text_file(path: Path, source: str, kind: str = "spec") -> str:
+    """The UTF-8 text of a spec (or config) file; a one-line UserError naming ``source`` when it is not
+    a readable regular file of sensible size in UTF-8."""
     try:
+        if not path.is_file():
+            raise UserError(f"{source}: not a regular file; the {kind} must be a YAML file")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise UserError(
+                f"{source}: the {kind} file is {size / 1e6:.1f} MB; a {kind} is a few KB "
+                f"(at most {MAX_FILE_BYTES / 1e6:g} MB)"
+            )
         raw = path.read_bytes()
     except OSError as err:
-        raise UserError(f"{source}: cannot read the spec file ({err.strerror})") from None
+        raise UserError(f"{source}: cannot read the {kind} file ({err.strerror or err})") from None
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        kind = "UTF-16" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "not UTF-8"
-        raise UserError(f"{source}: the spec file is {kind} text; save it as UTF-8") from None
+        raise UserError(f"{source}: the {kind} file is {_encoding_of(raw)} text; save it as UTF-8") from None
+    if "\x00" in text and _encoding_of(raw) != "not UTF-8":  # ASCII saved as UTF-16 without a BOM is valid UTF-8
+        raise UserError(f"{source}: the {kind} file is {_encoding_of(raw)} text; save it as UTF-8")
+    return text
 
 
-def _parse_yaml(text: str, source: str) -> Any:
+def parse_yaml_text(text: str, source: str) -> Any:
+    """YAML as the spec loader reads it: duplicate keys refused, aliases counted (a bomb is refused, not
+    expanded), nesting bounded; every problem a one-line UserError naming ``source``."""
+    if DEEP_FLOW.search(text):
+        raise UserError(f"{source}: {TOO_DEEP}")
     try:
         data = yaml.load(text, Loader=_SpecLoader)  # a SafeLoader subclass
+    except RecursionError:
+        raise UserError(f"{source}: {TOO_DEEP}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UserError(f"{where}: YAML syntax error: {problem}") from None
-    if _expanded_size(data) > MAX_YAML_VALUES:
+    try:
+        size = _expanded_size(data)
+    except RecursionError:
+        raise UserError(f"{source}: {TOO_DEEP}") from None
+    if size > MAX_YAML_VALUES:
         raise UserError(f"{source}: YAML aliases expand to more than {MAX_YAML_VALUES:,} values; write them out")
     return data
 
 
-def _read_yaml(path: Path, source: str) -> Any:
-    return _parse_yaml(_read_text(path, source), source)
+def _read_yaml(path: Path, source: str, kind: str = "spec") -> Any:
+    return parse_yaml_text(read_text_file(path, source, kind), source)
+
+
+def spec_file(target: str | os.PathLike) -> Path:
+    """The file a spec argument names: the path itself, or, when no such file exists and ``target`` is a
+    bare name (``quickstart``), the example sweep of that name shipped with grpo-sweep (package data)."""
+    path = Path(target).expanduser()
+    if not path.exists():
+        shipped = shipped_sweep(str(target))
+        if shipped is not None:
+            return shipped
+    return path
 
 
 def looks_like_spec(target: str) -> bool:
-    """True when ``target`` is a YAML file whose top level has ``study`` or ``search``.
+    """True when ``target`` is a YAML file whose top level has ``study`` or ``search``, or the name of a
+    shipped example sweep that is no config name (config names win).
 
     Used by the CLI to tell a sweep spec from a config name; never raises (a config name that is no
-    file, an unreadable file or a file with a YAML error that does not look like a spec give False).
+    file, or a file with a YAML error that does not look like a spec give False). A ``.yaml`` path that
+    cannot be told (unreadable, not a regular file, too large, not UTF-8) gives True: the spec loader
+    then says what is wrong with it in one line.
     """
     path = Path(str(target)).expanduser()
-    try:
-        if not (path.is_file() and path.suffix in (".yaml", ".yml")):
-            return False
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError:
+    if not path.exists():
+        if shipped_sweep(str(target)) is not None:
+            return find_config(str(target)) is None
+        # `sweeps/quickstart.yaml` outside a checkout: the spec loader says the example goes by its name
+        return path.suffix in (".yaml", ".yml") and path.stem in shipped_sweep_names()
+    if path.suffix not in (".yaml", ".yml"):
         return False
     try:
+        if not path.is_file():  # a FIFO, a device...: the spec loader says what it is (reading could block)
+            return not path.is_dir()
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return True  # the spec loader refuses it by its size (parsing it to decide would take seconds)
+        raw = path.read_bytes()
+    except OSError:
+        return True  # unreadable: the spec loader says why
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True  # a YAML file that is no UTF-8 text: the spec loader says how to save it
+    if "\x00" in text and _encoding_of(raw) != "not UTF-8":
+        return True  # UTF-16 without a byte-order mark (valid UTF-8, every other byte 0): the same
+    try:
+        if DEEP_FLOW.search(text):
+            raise RecursionError
         data = yaml.load(text, Loader=_SpecLoader)  # aliases are shared, not expanded: safe on a bomb
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         # Broken YAML: decide on the top-level keys as written, so the spec loader reports the error.
         return bool(re.search(r"^(study|search)\s*:", text, flags=re.MULTILINE))
     return isinstance(data, dict) and ("study" in data or "search" in data)
@@ -159,13 +235,13 @@ def looks_like_spec(target: str) -> bool:
 def _resolve_base(base: str, spec_dir: Path, source: str) -> tuple[str | None, str | None]:
     """(resolved base, problem): a config name in the config dir, or a path (spec folder, then cwd)."""
     if not (base.endswith((".yaml", ".yml")) or "/" in base or os.sep in base):
-        cdir = default_config_dir()
-        if (cdir / f"{base}.yaml").is_file():
+        if find_config(base) is not None:
             return base, None
-        names = sorted(p.stem for p in cdir.glob("*.yaml"))
+        names = config_names()
         hint = did_you_mean(base, names)
         more = f"; did you mean {hint}?" if hint else f" (available: {', '.join(names) or 'none'})"
-        return None, f"{source}: base: no config named {base} in {cdir}{more}"
+        where = ", ".join(map(str, config_search_path()))
+        return None, f"{source}: base: no config named {base} in {where}{more}"
     raw = Path(base).expanduser()
     for candidate in [raw] if raw.is_absolute() else [spec_dir / raw, Path.cwd() / raw]:
         if candidate.is_file():
@@ -186,11 +262,19 @@ def load_spec(
     Raises one ``UserError`` whose ``problems`` lists every problem found, each naming the file and
     the key path. Warnings that are not errors are in ``spec.warnings``.
     """
-    spec_path = Path(path)
-    source = str(path)
+    spec_path = spec_file(path)
+    source = str(path) if spec_path == Path(path).expanduser() else str(spec_path)
     if not spec_path.is_file():
-        kind = "is a folder, not a spec file" if spec_path.is_dir() else "no such spec file"
-        raise UserError(f"{source}: {kind}")
+        kind = (
+            "is a folder, not a spec file"
+            if spec_path.is_dir()
+            else "not a regular file; the spec must be a YAML file"
+            if spec_path.exists()
+            else "no such spec file"
+        )
+        shipped = not spec_path.is_dir() and spec_path.stem in shipped_sweep_names()
+        hint = f" (the example sweep shipped with grpo-sweep goes by its name: {spec_path.stem})" if shipped else ""
+        raise UserError(f"{source}: {kind}{hint}")
     data = _read_yaml(spec_path, source)
     if not isinstance(data, dict):
         raise UserError(f"{source}: (top level): must be a mapping of spec keys (study, base, search, ...)")
@@ -214,7 +298,11 @@ def load_spec(
         raise UserError(lines[0], problems=lines) from None
     problems, base, space = _content_problems(data, spec_path, source, skip=set())
     if base is not None and not problems:
+        problems += _base_file_problems(base)
+    if base is not None and not problems:
         problems += _override_problems(base, spec.overrides, source)
+    if base is not None and space is not None and not problems:
+        problems += _searched_value_problems(base, spec.overrides, space, source)
     if problems or base is None or space is None:
         raise UserError(problems[0], problems=problems)
     located = spec.located(spec_path, base, warnings=[])
@@ -246,6 +334,22 @@ KNOWN_METRICS = (
     "timing/rollout",
     "timing/update",
     "e2e_tps",
+    "response_length/truncated",
+    "grpo/zero_variance_groups",
+    "grpo/acc/mean",
+    "actor/ppo_kl",
+    "prompt_length/max",
+    "prompt_length/min",
+    "generated_tokens",
+    "rollout_tps",
+    "update_tps",
+    "timing/ref",
+    "timing/reward",
+    # held-out evaluation (engine.eval_every), iteration 0 being the base policy's
+    "eval/acc_greedy",
+    "eval/acc",
+    "eval/prompts",
+    "eval/strict_format",
 )
 
 
@@ -287,6 +391,49 @@ def _content_problems(
         except UserError as err:
             problems += err.problems
     return problems, base, space
+
+
+def _display(path: Path) -> str:
+    """A path as config messages show it: relative to the working directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _base_file_problems(base: str) -> list[str]:
+    """A base config given as a path is read as a spec is (encoding, size, duplicate keys, alias bombs,
+    nesting) before Hydra composes it; each problem names the config file."""
+    path = Path(base)
+    if not path.is_absolute():
+        return []  # a config name in the config dir: shipped with the project
+    source = _display(path)
+    try:
+        parse_yaml_text(read_text_file(path, source, kind="config"), source)
+    except UserError as err:
+        return err.problems
+    return []
+
+
+def _searched_value_problems(base: str, overrides: list[str], space: SearchSpace, source: str) -> list[str]:
+    """A searched value the config schema refuses on its own (a type, a range, an allowed value): a mistake in
+    the spec, not a point to prune. Each choice value, and both ends of a range or an interval, are checked
+    alone on the base config with the spec's overrides; rules between keys are left to sampling time."""
+    problems: list[str] = []
+    for param in space.params:
+        if param.key == "layout":
+            continue  # names, checked against configs/layout/ already
+        for value in distribution_ends(param.distribution):
+            try:
+                load_config(base, [*overrides, f"{param.key}={format_value(value)}"])
+            except UserError as err:
+                said = [line.partition(": ")[2] for line in err.problems]
+                mine = [what for what in said if what.startswith(f"{param.key}: must be ")]
+                if mine:
+                    what = mine[0][len(param.key) + 2 :]
+                    problems.append(f"{source}: search.{param.key}: {format_value(value)}: {what}")
+                    break
+    return problems
 
 
 def _override_problems(base: str, overrides: list[str], source: str) -> list[str]:

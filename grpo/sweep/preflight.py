@@ -17,6 +17,7 @@ from grpo.errors import UserError
 from grpo.sweep.backends import TrialBackend
 from grpo.sweep.space import SearchSpace
 from grpo.sweep.spec import SweepSpec
+from grpo.sweep.study_store import check_storage
 
 MAX_POINTS_CHECKED = 64
 
@@ -86,7 +87,8 @@ def preflight(
     no_plan: bool,
     check_all: bool = False,
 ) -> Preflight:
-    """Raise UserError when the base config is broken or no checked point of the space is feasible.
+    """Raise UserError when the base config is broken, no checked point of the space is feasible, or the
+    study's storage cannot be opened (``check_storage``: nothing is created).
 
     A run stops at the first feasible point (``check_all=False``): the rest are checked as they are
     sampled; ``validate`` checks them all to show them. What this machine lacks to launch the checked
@@ -110,4 +112,5 @@ def preflight(
             f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked); e.g. {first[0]}",
             [f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked)", *first[:10]],
         )
+    check_storage(spec)  # what opening the study would find (a folder in its place, no driver, no answer)
     return Preflight(base_cfg, checked, warnings)

@@ -26,6 +26,7 @@ always ``NopPruner`` and ``spec.warnings`` says so.
 from __future__ import annotations
 
 import inspect
+import random
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -172,7 +173,99 @@ def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> SamplerChec
             make_pruner(spec, max_resource=spec.pruner.options.get("max_resource", "auto"))
         except UserError as err:
             problems += err.problems
+    if not problems and spec.pruner.name == "hyperband" and pruning_supported(spec):
+        problems += _hyperband_problems(spec)
+    if not problems:  # options that construct but break sampling or pruning: ask both once
+        problems += probe_sampler_and_pruner(spec, space)
     return SamplerCheck(problems, notes, trials)
+
+
+def _hyperband_problems(spec: SweepSpec) -> list[str]:
+    """Hyperband whose first rung (``min_resource``) is past its last (``max_resource``) builds no bracket and
+    silently prunes nothing."""
+    options = spec.pruner.options
+    low = options.get("min_resource", max(1, spec.pruner.warmup_steps))
+    high = options.get("max_resource", "auto")
+    if high == "auto":
+        high = _train_iters(spec)
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        key = "pruner.options.min_resource" if "min_resource" in options else "pruner.warmup_steps"
+        return [
+            f"{spec.source}: {key}: hyperband's first rung ({low}) is past its last iteration ({high}); "
+            "no trial would ever be pruned"
+        ]
+    return []
+
+
+PROBE_STEPS = 3  # intermediate values each probe trial reports
+_STARTUP_DEFAULTS = {"tpe": 10, "cmaes": 1, "nsga2": 50}  # trials before the sampler's own model runs
+MAX_PROBE_HISTORY = 60
+
+
+def _probe_history(spec: SweepSpec) -> int:
+    """How many finished trials the probe study holds before the sampler is asked: enough for the sampler
+    to leave its random start-up (GP's model needs torch and is left out: it is asked on an empty study)."""
+    name, options = spec.sampler.name, spec.sampler.options
+    startup = options.get("population_size" if name == "nsga2" else "n_startup_trials", _STARTUP_DEFAULTS.get(name, 0))
+    if not isinstance(startup, int) or isinstance(startup, bool):
+        startup = _STARTUP_DEFAULTS.get(name, 0)
+    return max(0, min(startup + 1, MAX_PROBE_HISTORY)) if name in _STARTUP_DEFAULTS else 0
+
+
+def probe_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> list[str]:
+    """Ask the spec's sampler for one point and its pruner for one decision, on a throwaway in-memory study
+    that already holds finished trials (random points with random values and curves): option values that
+    construct but fail when used (a word where a number goes, a negative sigma, an ``x0`` naming no
+    parameter, a hyperband whose warm-up passes the last iteration) are found here, not in the first trial.
+    Returns the problems, one line each; writes nothing."""
+    src = spec.source
+    try:
+        sampler = make_sampler(spec, space)
+        pruner = make_pruner(spec)
+    except UserError as err:
+        return err.problems
+    rng = random.Random(0)
+    multi = spec.multi_objective
+
+    def values() -> float | list[float]:
+        return [rng.random() for _ in spec.objectives] if multi else rng.random()
+
+    def first_line(err: Exception) -> str:
+        text = str(err).strip().splitlines()
+        return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            directions = [optuna.study.StudyDirection[d.upper()] for d in spec.directions]
+            study = optuna.create_study(directions=directions, sampler=optuna.samplers.RandomSampler(seed=0))
+            for _ in range(_probe_history(spec)):
+                trial = study.ask()
+                space.suggest(trial)
+                for step in range(PROBE_STEPS if not multi else 0):
+                    trial.report(rng.random(), step)
+                study.tell(trial, values())
+            study.sampler, study.pruner = sampler, pruner
+            try:
+                trial = study.ask()
+                space.suggest(trial)
+            except Exception as err:  # whatever the sampler raises is the options' fault
+                return [f"{src}: sampler.options: {spec.sampler.name} fails when asked for a point ({first_line(err)})"]
+            try:
+                for step in range(PROBE_STEPS if not multi else 0):
+                    trial.report(rng.random(), step)
+                    trial.should_prune()
+            except Exception as err:
+                return [f"{src}: pruner: {spec.pruner.name} fails when asked to prune ({first_line(err)})"]
+            try:
+                study.tell(trial, values())
+            except Exception as err:
+                return [f"{src}: sampler.options: {spec.sampler.name} fails after a trial ({first_line(err)})"]
+    finally:
+        optuna.logging.set_verbosity(level)
+    return []
 
 
 def make_sampler(spec: SweepSpec, space: SearchSpace, seed: int | None = None) -> optuna.samplers.BaseSampler:

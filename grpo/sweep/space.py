@@ -26,6 +26,7 @@ conditional: it is sampled only in trials where ``other.key`` (itself searched) 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from grpo.config import default_config_dir, known_keys, suggest_key
+from grpo.config import group_options, known_keys, suggest_key
 from grpo.errors import UserError, did_you_mean
 from grpo.sweep.spec import SearchEntry, SweepSpec
 
@@ -89,6 +90,8 @@ def parse_expression(key: str, expression: str) -> BaseDistribution:
 
     if isinstance(value, IntervalSweep):
         low, high = value.start, value.end
+        if not all(isinstance(end, (int, float)) and math.isfinite(end) for end in (low, high)):
+            raise ValueError(f"interval ends must be finite numbers ({text})")
         if low is None or high is None or not low < high:
             raise ValueError(f"interval start must be below its end ({text})")
         log = "log" in tags
@@ -105,6 +108,8 @@ def parse_expression(key: str, expression: str) -> BaseDistribution:
 
     if isinstance(value, RangeSweep):
         start, stop, step = value.start, value.stop, value.step
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (start, stop, step)):
+            raise ValueError(f"range needs finite numbers ({text})")
         if start is None or stop is None or step is None or step <= 0 or not start < stop:
             raise ValueError(f"range needs start < stop and a positive step ({text})")
         if isinstance(start, int) and isinstance(stop, int) and isinstance(step, int):
@@ -123,6 +128,8 @@ def parse_expression(key: str, expression: str) -> BaseDistribution:
         doubles = [c for i, c in enumerate(values) if c in values[:i]]
         if doubles:
             raise ValueError(f"choice lists {doubles[0]!r} twice ({text})")
+        if not values:
+            raise ValueError(f"{text} has no values")
         return CategoricalDistribution(values)
 
     raise ValueError(f"{text} is not a sweep expression Optuna can sample")
@@ -156,6 +163,15 @@ def distribution_values(dist: BaseDistribution) -> list[Any] | None:
     return [round(dist.low + i * dist.step, 12) for i in range(size)]
 
 
+def distribution_ends(dist: BaseDistribution) -> list[Any]:
+    """The values that bound a distribution: every choice of a categorical one, the two ends of the others."""
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    if isinstance(dist, (IntDistribution, FloatDistribution)):
+        return [dist.low, dist.high]
+    return []
+
+
 def format_value(value: Any) -> str:
     """A value spelt as a Hydra override value (``true``, ``0.001``, ``kl``, ``'a b'``)."""
     if isinstance(value, bool):
@@ -180,8 +196,8 @@ def format_params(params: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------- keys
 def layout_names() -> list[str]:
-    """The layouts a spec may pick: stems of ``<config dir>/layout/*.yaml``."""
-    return sorted(p.stem for p in (default_config_dir() / "layout").glob("*.yaml"))
+    """The layouts a spec may pick: stems of ``layout/*.yaml`` over the config search path."""
+    return group_options("layout")
 
 
 def _matches(key: str, pattern: str) -> bool:

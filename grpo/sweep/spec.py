@@ -10,14 +10,19 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from grpo.sweep.connect import parse as parse_address
 from grpo.sweep.objectives import DEFAULT_K, CurveReducer, get_reducer
 
 STUDY_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-ADDRESS = re.compile(r"^(local|auto|ray://[^\s:/]+(:\d+)?)$")
+MAX_STUDY_NAME = 100  # a folder name under studies/ and reports/ (file systems stop at 255 bytes)
+MAX_NUM_CPUS = 4096  # more than any node has: a typo, and Ray would plan for it
+MAX_RESOURCE = 1_000_000  # a custom resource (NPUs, ...) per local cluster
+RAY_OWN_RESOURCES = {"CPU": "set CPUs with cluster.num_cpus", "GPU": "GPUs are found by Ray; do not declare them"}
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 BACKEND = re.compile(r"^(embedded|mindspeed|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 STORAGE_SCHEMES = ("journal:", "sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+")
 # The names a spec may use; grpo.sweep.samplers and grpo.sweep.objectives map each to its class
@@ -29,9 +34,21 @@ ReducerName = Literal["last", "max", "min", "mean_last_k", "auc"]
 
 # ------------------------------------------------------------------------------------------ models
 class _Strict(BaseModel):
-    """Unknown keys are errors everywhere in the spec."""
+    """Unknown keys are errors everywhere in the spec; ``true``/``false`` are no numbers; numbers are finite."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads `trials: true` as 1; YAML's true/yes/on are never meant as a count.
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = set(getattr(annotation, "__args__", ())) | {annotation}
+            if bool not in kinds and kinds & {int, float}:
+                word = "an integer" if int in kinds else "a number"
+                raise ValueError(f"must be {word} (got {str(value).lower()})")
+        return value
 
 
 class SearchEntry(_Strict):
@@ -67,6 +84,8 @@ class ObjectiveSpec(_Strict):
 
     @model_validator(mode="after")
     def _k_only_for_mean_last_k(self) -> ObjectiveSpec:
+        if CONTROL.search(self.metric):
+            raise ValueError(f"metric: must be one line with no control characters (got {self.metric!r})")
         if self.reduce == "mean_last_k":
             if self.k is None:
                 self.k = DEFAULT_K
@@ -81,28 +100,48 @@ class ObjectiveSpec(_Strict):
 
 class SamplerSpec(_Strict):
     name: SamplerName = "tpe"
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=2**32 - 1)  # what numpy's RandomState accepts
     options: dict[str, Any] = Field(default_factory=dict)
+
+
+class CollapseRule(_Strict):
+    """Stop a trial whose held-out ``metric`` (higher is better, e.g. accuracy) falls more than
+    ``below_base`` under its own base policy's value (iteration 0): the run has collapsed, and on the
+    tabular GRPO benchmark such runs rarely recover within their budget (benchmarks/search_efficiency.py)."""
+
+    metric: str = Field("eval/acc_greedy", min_length=1)
+    below_base: float = Field(0.10, gt=0)
 
 
 class PrunerSpec(_Strict):
     name: PrunerName = "median"
     warmup_steps: int = Field(0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
+    collapse: CollapseRule | None = None  # the GRPO-aware rule, on top of (or without) the Optuna pruner
 
 
 class ClusterSpec(_Strict):
     address: str = "local"
     # Only for a local cluster (address: local): CPUs to offer (default: all cores) and custom resources
     # to declare, e.g. {NPU: 16} to schedule NPU trials on one Ascend host without `ray start`.
-    num_cpus: int | None = Field(None, ge=1)
-    resources: dict[str, float] = Field(default_factory=dict)
+    num_cpus: int | None = Field(None, ge=1, le=MAX_NUM_CPUS)
+    resources: dict[str, Annotated[float, Field(ge=0, le=MAX_RESOURCE)]] = Field(default_factory=dict)
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            if not name.strip() or CONTROL.search(name):
+                raise ValueError(f"resource names must be words such as NPU (got {name!r})")
+            if name in RAY_OWN_RESOURCES:
+                raise ValueError(f"{name}: {RAY_OWN_RESOURCES[name]}, not in cluster.resources")
+        return value
 
     @field_validator("address")
     @classmethod
     def _address(cls, value: str) -> str:
-        if not ADDRESS.fullmatch(value):
-            raise ValueError(f"must be local, auto or ray://host:port (got {value!r})")
+        if value not in ("local", "auto"):
+            parse_address(value)  # host:port or ray://host:port, as Ray reads them; its ValueError is the problem
         return value
 
 
@@ -202,7 +241,7 @@ class SweepSpec(_Strict):
     resolved config, and ``path``/``warnings`` are set); ``model_validate`` alone skips the file checks."""
 
     study: str
-    base: str
+    base: str = Field(min_length=1)
     overrides: list[str] = Field(default_factory=list)
     search: dict[str, SearchEntry] = Field(default_factory=dict)
     objectives: list[ObjectiveSpec] = Field(alias="objective", min_length=1)
@@ -233,6 +272,8 @@ class SweepSpec(_Strict):
     def _study_name(cls, value: str) -> str:
         if not STUDY_NAME.fullmatch(value):
             raise ValueError(f"must use letters, digits, - and _ only (got {value!r})")
+        if len(value) > MAX_STUDY_NAME:
+            raise ValueError(f"must be at most {MAX_STUDY_NAME} characters (got {len(value)})")
         return value
 
     @field_validator("backend")
@@ -269,6 +310,8 @@ class SweepSpec(_Strict):
         if value is None:
             return value
         shown = masked_url(value)
+        if CONTROL.search(value):
+            raise ValueError(f"must be one line with no control characters (got {shown!r})")
         if not value.startswith(STORAGE_SCHEMES):
             raise ValueError(
                 f"must be an Optuna storage URL (journal:PATH, sqlite:///PATH, postgresql://...) (got {shown!r})"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -62,14 +64,101 @@ def make_storage(spec: SweepSpec, **rdb_kwargs: Any) -> BaseStorage:
     except OSError as err:
         raise UserError(f"{where}: cannot write there ({err.strerror})") from None
     except ImportError as err:  # the database driver (e.g. psycopg for postgresql://) is not installed
-        raise UserError(
-            f"{where}: its database driver is not installed ({err}); pip install grpo-sweep[postgres]"
-        ) from None
+        raise UserError(f"{where}: its database driver is not installed ({err}); {_driver_hint(url)}") from None
     except Exception as err:  # unreachable server, bad credentials, a bad URL (sqlalchemy / Optuna errors)
         if not _is_storage_error(err):
             raise
-        reason = _first_line(err).replace(url, spec.storage_label())
-        raise UserError(f"{where}: cannot open it ({reason})") from None
+        raise UserError(f"{where}: cannot open it ({_reason(err, spec)})") from None
+
+
+def _driver_hint(url: str) -> str:
+    if url.startswith("postgresql"):
+        return "pip install grpo-sweep[postgres] (psycopg2), or write postgresql+psycopg:// to use psycopg 3"
+    if url.startswith("mysql"):
+        return "pip install pymysql and write mysql+pymysql://"
+    return "install the driver the URL names"
+
+
+def _reason(err: BaseException, spec: SweepSpec) -> str:
+    """The first line of what went wrong, with the URL's password masked wherever it appears."""
+    reason = _first_line(err).replace(spec.storage_url(), spec.storage_label())
+    secret = _password(spec.storage_url())
+    return reason.replace(secret, "***") if secret else reason
+
+
+def _password(url: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password or None
+    except ValueError:
+        return None
+
+
+def _file_problem(path: Path, where: str) -> str | None:
+    """Why a journal or SQLite file cannot be created or opened at ``path`` (None when it can), found without
+    writing anything: a folder in its place, a file where a folder is needed, a folder that cannot be written."""
+    if path.is_dir():
+        return f"{where}: is a folder; name a file in it"
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            return f"{where}: cannot write there (no permission to read and write {path})"
+        return None
+    ancestor = path.parent
+    while not ancestor.exists():
+        if ancestor.is_symlink():
+            return f"{where}: cannot write there ({ancestor} is a broken link)"
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{where}: cannot write there ({ancestor} is a file, not a folder)"
+    try:  # an unnamed file (O_TMPFILE where Linux has it): proves the folder writable, leaves nothing behind
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as err:
+        return f"{where}: cannot write there ({err.strerror or err})"
+    return None
+
+
+def check_storage(spec: SweepSpec) -> None:
+    """Raise a one-line UserError when the study's storage cannot be opened, creating nothing: a journal
+    or SQLite file whose place is a folder or cannot be written, a database driver not installed, a database
+    server that does not answer or refuses the credentials (tried once with a short timeout). What ``run``
+    would find when it opens the study, found by ``validate`` too. The password is never shown."""
+    url = spec.storage_url()
+    where = f"{spec.source}: storage: {spec.storage_label()}"
+    for scheme in ("journal:", "sqlite:///"):
+        if url.startswith(scheme):
+            rest = url[len(scheme) :].split("?", 1)[0] if scheme == "sqlite:///" else url[len(scheme) :]
+            problem = _file_problem(Path(rest).expanduser(), where)
+            if problem:
+                raise UserError(problem)
+            return
+    try:
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(url, **_connect_args(url))
+        try:
+            with engine.connect():
+                pass
+        finally:
+            engine.dispose()
+    except ImportError as err:
+        raise UserError(f"{where}: its database driver is not installed ({err}); {_driver_hint(url)}") from None
+    except Exception as err:
+        if not _is_storage_error(err):
+            raise
+        raise UserError(f"{where}: cannot open it ({_reason(err, spec)})") from None
+
+
+CONNECT_TIMEOUT_S = 10  # a database that does not answer is refused after this, not after the driver's minutes
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    if url.startswith("postgresql"):
+        return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
+    if url.startswith("mysql"):
+        return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
+    return {}
 
 
 def _rdb_storage(url: str, **rdb_kwargs: Any) -> BaseStorage:
@@ -128,8 +217,12 @@ def find_study(spec: SweepSpec) -> optuna.Study | None:
     or SQLite file, no tables (``status``, ``best``, ``report`` and ``export`` are read-only)."""
     url = spec.storage_url()
     for scheme in ("journal:", "sqlite:///"):
-        if url.startswith(scheme) and not Path(url[len(scheme) :]).expanduser().is_file():
-            return None
+        if url.startswith(scheme):
+            path = Path(url[len(scheme) :]).expanduser()
+            if path.is_dir():
+                raise UserError(f"{spec.source}: storage: {spec.storage_label()}: is a folder; name a file in it")
+            if not path.is_file():
+                return None
     try:
         storage = make_storage(spec, **({} if url.startswith("journal:") else {"skip_table_creation": True}))
         names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
@@ -169,9 +262,17 @@ def open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.Stu
 
 
 def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.Study, bool]:
+    existing = find_study(spec)
+    leftovers = spec.study_dir / "trials"
+    if existing is None and leftovers.is_dir() and any(leftovers.iterdir()):
+        # Trial folders belong to one study: a new study must not resume from, or append to, another's.
+        # Refused before the storage is opened: opening a journal creates its file.
+        raise UserError(
+            f"{spec.path}: study '{spec.study}' is new in its storage ({spec.storage_label()}) but {leftovers} "
+            f"holds the trial folders of an earlier study of that name; move them away, or run with --fork NEW_NAME"
+        )
     storage = make_storage(spec)
     directions = [o.direction for o in spec.objectives]
-    existing = find_study(spec)
     if existing is not None:
         old = existing.user_attrs.get("fingerprint")
         if old is not None and old != fingerprint(spec):
@@ -182,13 +283,6 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
         if [d.name.lower() for d in existing.directions] != directions:
             raise UserError(f"{spec.path}: objective: directions {directions} differ from the stored study's")
         return existing, True
-    leftovers = spec.study_dir / "trials"
-    if leftovers.is_dir() and any(leftovers.iterdir()):
-        # Trial folders belong to one study: a new study must not resume from, or append to, another's.
-        raise UserError(
-            f"{spec.path}: study '{spec.study}' is new in its storage ({spec.storage_label()}) but {leftovers} "
-            f"holds the trial folders of an earlier study of that name; move them away, or run with --fork NEW_NAME"
-        )
     spec.study_dir.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(study_name=spec.study, storage=storage, directions=directions, load_if_exists=True)
     attrs = {
