@@ -572,6 +572,13 @@ class EngineConfig(Section):
     wandb_group: str | None = Field(
         None, description="W&B run group (a sweep sets its study name, so a study's runs are grouped)."
     )
+    trial_params: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "The searched parameters of the sweep trial this run is a seed of (key -> value), written as the "
+            "run's TensorBoard HParams; a sweep sets them, null outside one."
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------------- the whole

@@ -111,7 +111,7 @@ class TrialBuilder:
                 *self._sampling_seed(seed),
                 f"engine.keep_checkpoints={spec.keep_checkpoints or 'null'}",
             ]
-            extra += tracking_overrides(spec, number, k)
+            extra += tracking_overrides(spec, number, k, sampled)
             resume = False
             if resume_from:
                 old_ckpt = (Path(resume_from) / "runs" / f"seed{k}" / "ckpt").resolve()
@@ -147,14 +147,19 @@ def absolute_paths(cfg: GRPOConfig, overrides: list[str]) -> list[str]:
     return out
 
 
-def tracking_overrides(spec: SweepSpec, number: int, seed_index: int) -> list[str]:
-    """W&B / TensorBoard keys of one seed's run, as the spec's ``tracking`` section asks."""
+def tracking_overrides(spec: SweepSpec, number: int, seed_index: int, sampled: list[str] | None = None) -> list[str]:
+    """W&B / TensorBoard keys of one seed's run, as the spec's ``tracking`` section asks: the run is named
+    ``trial-N-seedK`` in both (TensorBoard: its folder ``tensorboard/trial-N-seedK``) and carries the
+    trial's ``sampled`` overrides as ``engine.trial_params`` (TensorBoard's HParams)."""
     out = []
+    if spec.tracking.wandb != "off" or spec.tracking.tensorboard:
+        out.append(f"rl_config.wandb_exp_name=trial-{number}-seed{seed_index}")
+        if sampled:  # Hydra's dict grammar takes dotted keys: {rl_config.clip_ratio:0.2,layout:tp2}
+            out.append("engine.trial_params={" + ",".join(o.replace("=", ":", 1) for o in sampled) + "}")
     if spec.tracking.wandb != "off":
         out += [
             "rl_config.use_wandb=true",
             f"rl_config.wandb_project={spec.tracking.project}",
-            f"rl_config.wandb_exp_name=trial-{number}-seed{seed_index}",
             f"engine.wandb_group={spec.study}",  # the study's runs side by side in W&B's group view
             f"engine.wandb_mode={spec.tracking.wandb}",  # offline stays offline whatever the environment says
         ]
