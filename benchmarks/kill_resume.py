@@ -1,17 +1,19 @@
 """Crash-resume under random driver kills: SIGKILL the driver at N random moments of a 6-trial study,
 rerun after each, then let it finish; count what was lost or repeated, per storage.
 
-    python benchmarks/kill_resume.py [--kills 10] [--storages journal,sqlite] [--seed 0]
+    python benchmarks/kill_resume.py [--kills 10] [--storages journal,sqlite,postgresql] [--seed 0]
 
 The study: 6 trials of a 10-iteration curve (0.1 s per iteration, a checkpoint every 3), 2 at a time,
 a seeded random sampler over 6 values of clip_ratio (so a restart that replayed its first proposals, or
 reran a finished point, would show). Printed per storage: complete trials, distinct parameter sets,
-points rerun after they completed, trials left RUNNING, attempts charged to trials, wall time.
+points rerun after they completed, trials left RUNNING, attempts charged to trials, wall time. PostgreSQL
+runs on a throwaway server started from Debian's binaries (tests/pg_server.py), skipped when not installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -51,9 +53,19 @@ def _cli(spec: Path, folder: Path) -> subprocess.Popen:
 
 
 def run(storage_name: str, kills: int, seed: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
-        url = {"journal": None, "sqlite": f"sqlite:///{folder / 'kills.db'}"}[storage_name]
+        if storage_name == "postgresql":
+            sys.path.insert(0, str(REPO / "tests"))
+            from pg_server import postgres_bin, postgres_server
+
+            bindir = postgres_bin()
+            if bindir is None:
+                print("postgresql: skipped (no PostgreSQL server binaries under /usr/lib/postgresql)")
+                return
+            url: str | None = stack.enter_context(postgres_server(bindir))
+        else:
+            url = {"journal": None, "sqlite": f"sqlite:///{folder / 'kills.db'}"}[storage_name]
         spec = _spec(folder, url)
         rng = random.Random(seed)
         started = time.perf_counter()
@@ -72,16 +84,18 @@ def run(storage_name: str, kills: int, seed: int) -> None:
             optuna.storages.journal.JournalFileBackend(str(folder / "studies" / "kills" / "journal.log")))
         study = optuna.load_study(study_name="kills", storage=storage)
         trials = study.get_trials(deepcopy=False)
-        complete = [t for t in trials if t.state.name == "COMPLETE"]
+        complete = [t for t in trials if t.state.name == "COMPLETE" and not _repeat(t)]
         rerun = sum(1 for t in complete for u in trials if u.number > t.number and u.params == t.params
-                    and u.state.name in ("COMPLETE", "RUNNING") and "retry_of" not in u.user_attrs)
+                    and u.state.name in ("COMPLETE", "RUNNING") and "retry_of" not in u.user_attrs
+                    and not _repeat(u))
         print(f"{storage_name}: {landed} of {kills} kills landed mid-run; final run exit {code}; "
               f"{len(complete)} complete, {len({t.params['rl_config.clip_ratio'] for t in complete})} distinct "
               f"parameter sets, {rerun} points rerun after completing, "
               f"{sum(t.state.name == 'RUNNING' for t in trials)} left RUNNING, "
               f"{sum(t.user_attrs.get('attempt', 1) > 1 for t in complete)} attempts charged, "
               f"{sum(_killed(t) for t in trials)} FAIL records of killed attempts, "
-              f"{sum(_repeat(t) for t in trials)} repeated proposals skipped, {wall:.0f} s")
+              f"{sum(_repeat(t) for t in trials)} repeated proposals answered from earlier trials (not run), "
+              f"{wall:.0f} s", flush=True)
 
 
 def _killed(trial: optuna.trial.FrozenTrial) -> bool:
@@ -89,13 +103,13 @@ def _killed(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 def _repeat(trial: optuna.trial.FrozenTrial) -> bool:
-    return str(trial.user_attrs.get("failure_reason", "")).startswith("not run: the same parameters")
+    return "repeat_of" in trial.user_attrs  # told an earlier trial's result, never run (grpo/sweep/repeats.py)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--storages", default="journal,sqlite")
+    parser.add_argument("--storages", default="journal,sqlite,postgresql")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     for name in args.storages.split(","):

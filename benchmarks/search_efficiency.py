@@ -10,11 +10,14 @@ and the parameters from ``SearchSpace.suggest``. Each trial looks its configurat
 one of its recorded seeds (the replay seed decides), then plays the driver's part (grpo/sweep/driver.py):
 
 - after every iteration it reports the objective reduced over the curve so far, ``trial.report(v, step=it)``,
-  from the first evaluation on; the driver skips the engine's iteration-0 line (``_record`` keeps iterations
-  after the last one seen, starting from 0), so the base policy's evaluation is not part of the objective;
-- then ``trial.should_prune()``, never at the last iteration; a pruned trial is told PRUNED;
-- a point that already ran is told FAIL without running (the driver's ``_ran_before``), and 50 such in a
-  row end the study (the driver's ``MAX_DUPLICATES_IN_A_ROW``).
+  from the first evaluation after iteration 0: the driver records the engine's iteration-0 line (the base
+  policy's evaluation) but leaves it out of the objective (``_seed_value``);
+- then the collapse rule when the spec has ``pruner.collapse`` (``grpo.sweep.collapse.collapse_reason``,
+  the driver's own function, on the run's curve with its iteration 0), then ``trial.should_prune()``, never
+  at the last iteration; a pruned trial is told PRUNED;
+- a point that already ran is answered with ``grpo.sweep.repeats.answer_repeat`` (the driver's rule: told
+  the earlier trial's result, not run), and 50 such in a row end the study (``MAX_DUPLICATES_IN_A_ROW``).
+  ``--duplicates fail`` replays the driver before that rule (a repeat told FAIL, which TPE ignores).
 
 Compute is counted in trial-iterations: a pruned trial costs the iterations it ran. A configuration's true
 value is the mean over its recorded seeds of the objective; the incumbent of a replay is the complete trial
@@ -24,10 +27,8 @@ best true value; (b) the regret (best true value - incumbent's) at budgets of 8 
 compute until the incumbent is as good as random search's at that budget, as a fraction of that budget
 (random's target taken from the replay with the same seed).
 
-GRPO-aware rule (``collapse``): at an evaluation before the last, stop the trial when its held-out greedy
-accuracy is more than ``COLLAPSE_MARGIN`` below the base policy's (the table's iteration 0). 0.10 is about three
-binomial standard errors on the 256 held-out prompts at the base's 0.66, so one noisy evaluation does not trip
-it; a run whose lr is too high drops that far within 10-20 iterations and rarely recovers in the run's budget.
+GRPO-aware rule: ``pruner.collapse`` (grpo/sweep/collapse.py) stops a trial at an evaluation before the
+last when its held-out greedy accuracy is more than 0.10 below its base policy's (iteration 0).
 
     nice -n 19 .venv/bin/python benchmarks/search_efficiency.py [--replays 100] [--jobs 2]
 """
@@ -51,6 +52,8 @@ import numpy as np
 import yaml
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+
     from grpo.sweep.spec import SweepSpec
 
 HERE = Path(__file__).resolve().parent
@@ -58,7 +61,6 @@ ROOT = HERE.parent
 DEFAULT_TABLE = HERE / "data" / "grpo_table.json.gz"
 SPEC_TEMPLATE = ROOT / "sweeps" / "quickstart.yaml"
 METRIC = "eval/acc_greedy"
-COLLAPSE_MARGIN = 0.10
 BUDGETS_RUNS = (8, 16)  # fixed budgets for (b) and (c), in full runs' worth of trial-iterations
 
 Key = tuple[float, ...]
@@ -71,35 +73,44 @@ class Combo:
     label: str
     sampler: dict[str, Any]
     pruner: dict[str, Any]
-    collapse_rule: bool = False
 
 
 QUICKSTART_TPE = {"name": "tpe", "options": {"n_startup_trials": 3}}
+COLLAPSE = {"collapse": {}}  # pruner.collapse with its defaults: eval/acc_greedy, 0.10 below the base
 COMBOS: list[Combo] = [
     Combo("random", {"name": "random"}, {"name": "none"}),
     Combo("TPE", QUICKSTART_TPE, {"name": "none"}),
-    # The shipped default (sweeps/quickstart.yaml): TPE after 3 random trials, median after 30 iterations.
+    # The shipped studies before this benchmark's verdict: the quickstart's and kl_study's TPE + median.
     Combo(
-        "TPE + median (quickstart default)",
+        "TPE + median (quickstart before)",
         QUICKSTART_TPE,
         {"name": "median", "warmup_steps": 30, "options": {"n_startup_trials": 2}},
     ),
-    # sweeps/kl_study.yaml's: TPE with Optuna's 10 startup trials, median after 20 iterations.
     Combo(
-        "TPE + median (kl_study)",
+        "TPE + median (kl_study before)",
         {"name": "tpe"},
         {"name": "median", "warmup_steps": 20, "options": {"n_startup_trials": 3}},
     ),
-    # sweeps/sampling_study.yaml's pruner, behind the quickstart's TPE.
     Combo("TPE + successive halving", QUICKSTART_TPE, {"name": "successive_halving", "warmup_steps": 20}),
     Combo("TPE + hyperband", QUICKSTART_TPE, {"name": "hyperband", "warmup_steps": 10}),
     Combo("GP", {"name": "gp"}, {"name": "none"}),
-    Combo("TPE + collapse rule", QUICKSTART_TPE, {"name": "none"}, collapse_rule=True),
+    Combo("random + collapse rule", {"name": "random"}, {"name": "none", **COLLAPSE}),
+    Combo("TPE + collapse rule", QUICKSTART_TPE, {"name": "none", **COLLAPSE}),
     Combo(
         "TPE + median + collapse rule",
         QUICKSTART_TPE,
-        {"name": "median", "warmup_steps": 30, "options": {"n_startup_trials": 2}},
-        collapse_rule=True,
+        {"name": "median", "warmup_steps": 30, "options": {"n_startup_trials": 2}, **COLLAPSE},
+    ),
+    # The shipped default now (sweeps/quickstart.yaml, kl_study.yaml, sampling_study.yaml).
+    Combo(
+        "TPE + hyperband + collapse rule (shipped default)",
+        QUICKSTART_TPE,
+        {"name": "hyperband", "warmup_steps": 10, **COLLAPSE},
+    ),
+    Combo(
+        "TPE (5 startup) + hyperband + collapse rule",
+        {"name": "tpe", "options": {"n_startup_trials": 5}},
+        {"name": "hyperband", "warmup_steps": 10, **COLLAPSE},
     ),
 ]
 
@@ -202,6 +213,8 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
     import optuna
     from optuna.trial import TrialState
 
+    from grpo.sweep.collapse import collapse_reason
+    from grpo.sweep.repeats import answer_repeat
     from grpo.sweep.samplers import make_pruner, make_sampler
     from grpo.sweep.space import SearchSpace
     from grpo.sweep.spec import PrunerSpec, SamplerSpec
@@ -219,10 +232,11 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
         pruner=make_pruner(spec, max_resource=table.iters),
     )
     rng = np.random.default_rng(replay_seed)
-    ran: dict[Key, float | None] = {}  # point -> its value (None: pruned)
+    ran: dict[Key, FrozenTrial] = {}  # point -> the trial that ran it
     cost, best_seen, best_true = 0, -math.inf, math.nan
     trace = Trace([], [], 0, 0)
     duplicates, limit = 0, max_duplicates()
+    collapse = spec.pruner.collapse
     while cost < horizon and duplicates < limit:
         trial = study.ask()
         params = space.suggest(trial)
@@ -234,11 +248,9 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
         if key in ran:  # the driver never reruns a point
             duplicates += 1
             if duplicate_mode == "fail":
-                study.tell(trial, state=TrialState.FAIL)  # today's driver: samplers ignore FAIL trials
-            elif ran[key] is None:
-                study.tell(trial, state=TrialState.PRUNED)
+                study.tell(trial, state=TrialState.FAIL)  # the driver before answer_repeat
             else:
-                study.tell(trial, ran[key])  # a copy of the earlier result: the sampler learns it is taken
+                answer_repeat(study, trial, ran[key])
             continue
         duplicates = 0
         runs = table.runs[key]
@@ -253,7 +265,7 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
                 trial.report(reducer.reduce(seen), step=it)
             if it == table.iters:
                 break  # a trial that ran all its iterations completes: never pruned at its last step
-            if combo.collapse_rule and it in evals and evals[it] < table.base - COLLAPSE_MARGIN:
+            if collapse is not None and it in evals and collapse_reason(collapse, [run.evals], it, table.iters):
                 stopped_at = it
                 break
             if trial.should_prune():
@@ -263,13 +275,11 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
         if stopped_at:
             cost += stopped_at
             trace.pruned += 1
-            ran[key] = None
-            study.tell(trial, state=TrialState.PRUNED)
+            ran[key] = study.tell(trial, state=TrialState.PRUNED)
         else:
             cost += table.iters
             value = reducer.reduce(seen)
-            ran[key] = value
-            study.tell(trial, value)
+            ran[key] = study.tell(trial, value)
             if value > best_seen:
                 best_seen, best_true = value, table.true_value[key]
         trace.cost.append(cost)
@@ -444,9 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="combination labels to run (default: all)")
     ap.add_argument(
         "--duplicates",
-        choices=["fail", "copy", "both"],
-        default="both",
-        help="a repeated point: told FAIL as today's driver does, or a copy of the earlier result (default: both)",
+        choices=["answer", "fail", "both"],
+        default="answer",
+        help="a repeated point: told the earlier result as the driver does (answer), or FAIL as it did before",
     )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -471,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"grid best {best:.4f}; within 1 % of it (>= {0.99 * best:.4f}): {near} configuration(s)\n")
 
     combos = [i for i, c in enumerate(COMBOS) if not args.only or c.label in args.only]
-    modes = ["fail", "copy"] if args.duplicates == "both" else [args.duplicates]
+    modes = ["fail", "answer"] if args.duplicates == "both" else [args.duplicates]
     random_index = next(i for i, c in enumerate(COMBOS) if c.label == "random")
     for mode in modes:
         n_replays = {
@@ -497,8 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         ordered = {i: [traces[i][s] for s in range(n_replays[i])] for i in combos}
         rows = summarize(table, ordered, ordered.get(random_index))
         what = {
-            "fail": "a repeated point is told FAIL and skipped, as grpo/sweep/driver.py does today",
-            "copy": "a repeated point is told the earlier trial's result (no compute), instead of FAIL",
+            "fail": "a repeated point is told FAIL and skipped, as the driver did before answer_repeat",
+            "answer": "a repeated point is told the earlier trial's result, as grpo/sweep/repeats.py does",
         }[mode]
         print(f"### duplicates: {mode} ({what})\n")
         print(markdown(rows, iters))

@@ -62,8 +62,11 @@ def load(folder: Path, name: str = "s", storage: str | None = None) -> optuna.St
 
 
 def states(study: optuna.Study) -> dict[str, int]:
+    """Trials by state; repeated proposals told an earlier trial's result (``repeat_of``) never ran: left out."""
     out: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
+        if "repeat_of" in t.user_attrs:
+            continue
         out[t.state.name] = out.get(t.state.name, 0) + 1
     return out
 

@@ -67,6 +67,27 @@ class SlowCurveBackend(CurveBackend):
     delay_s = 0.1
 
 
+class EvalCurveBackend(TrialBackend):
+    """Held-out evaluations as the engine writes them: the base policy at iteration 0 (0.66), then every
+    2 iterations. clip_ratio >= 0.25 collapses (0.5 at once); below it creeps up to just under the base."""
+
+    name = "eval-curve"
+    BASE = 0.66
+
+    def run(self, cfg, trial_dir: Path, report, resume: bool) -> dict:
+        collapses = float(cfg.rl_config.clip_ratio) >= 0.25
+        if report(0, {"eval/acc_greedy": self.BASE}):
+            return {"stopped_early": True}
+        for it in range(1, int(cfg.megatron_training.train_iters) + 1):
+            time.sleep(0.1)  # a pace at which the driver's stop arrives before the run ends
+            metrics = {"grpo/score/mean": 0.1 * it}
+            if it % 2 == 0:
+                metrics["eval/acc_greedy"] = 0.5 if collapses else self.BASE - 0.06 / it
+            if report(it, metrics):
+                return {"stopped_early": True}
+        return {"iterations": it}
+
+
 class FaultBackend(CurveBackend):
     name = "fault"
 

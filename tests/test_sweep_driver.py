@@ -173,16 +173,86 @@ def test_a_trial_that_ran_all_its_iterations_completes_even_if_the_pruner_says_s
 
 
 def test_a_repeated_proposal_is_never_run_again(tmp_path, monkeypatch):
-    # Random sampling over 2 values for 4 trials: repeats are skipped (not counted), then the space is spent.
+    # Random sampling over 2 values for 4 trials: repeats are told the earlier result (not run, not counted),
+    # then the space is spent.
     study = _run(tmp_path, monkeypatch, trials=4, concurrency=1,
                  search={"rl_config.clip_ratio": "choice(0.1, 0.2)"}, sampler={"name": "random", "seed": 0})
-    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    assert sorted(t.params["rl_config.clip_ratio"] for t in complete) == [0.1, 0.2]
-    repeats = [t for t in study.trials if t.state == TrialState.FAIL]  # FAIL: samplers do not learn from them
+    ran = [t for t in study.trials if "repeat_of" not in t.user_attrs]
+    assert sorted(t.params["rl_config.clip_ratio"] for t in ran) == [0.1, 0.2]
+    assert all(t.state == TrialState.COMPLETE and t.user_attrs.get("trial_dir") for t in ran)
+    repeats = [t for t in study.trials if "repeat_of" in t.user_attrs]
     assert len(repeats) >= 50  # it stopped once the sampler only proposed points that had run
-    assert all(t.user_attrs["failure_reason"].startswith("not run: the same parameters as trial ") for t in repeats)
-    assert all(t.user_attrs["infeasible"] for t in repeats)  # they use none of the budget
-    assert not [t for t in study.trials if t.state == TrialState.PRUNED]
+    by_number = {t.number: t for t in ran}
+    for t in repeats:  # COMPLETE with the earlier trial's value: the sampler learns the point is taken
+        earlier = by_number[t.user_attrs["repeat_of"]]
+        assert t.state == TrialState.COMPLETE and t.values == earlier.values and t.params == earlier.params
+        assert not t.intermediate_values and "trial_dir" not in t.user_attrs  # never launched
+    # Not results: status and the report's view of the study leave them out.
+    from grpo.report._snapshot import snapshot
+    from grpo.sweep.commands import _status_rows
+
+    assert sorted(r["number"] for r in _status_rows(study)) == sorted(by_number)
+    assert sorted(t.number for t in snapshot(study).get_trials()) == sorted(by_number)
+
+
+def test_tpe_on_a_small_categorical_space_keeps_finding_new_points(tmp_path, monkeypatch):
+    # Mirrors the stall benchmarks/search_efficiency.py measured: TPE ignores FAIL trials, so when repeats
+    # were told FAIL it proposed the same point until the driver called the space spent after ~6 trials.
+    # Told the earlier result, TPE moves on: 8 distinct points of the 3 x 3 grid run.
+    study = _run(tmp_path, monkeypatch, trials=8, concurrency=1,
+                 search={"rl_config.clip_ratio": "choice(0.1, 0.2, 0.3)",
+                         "rl_config.init_kl_coef": "choice(0.0, 0.01, 0.05)"},
+                 sampler={"name": "tpe", "seed": 0, "options": {"n_startup_trials": 2}})
+    ran = [t for t in study.trials if "repeat_of" not in t.user_attrs]
+    assert len(ran) == 8 and all(t.state == TrialState.COMPLETE for t in ran)
+    assert len({tuple(sorted(t.params.items())) for t in ran}) == 8
+
+
+def test_collapse_rule_stops_a_trial_below_its_base_and_the_objective_leaves_the_base_out(tmp_path, monkeypatch):
+    # pruner.collapse: held-out accuracy 0.5 against a base of 0.66 (more than 0.10 below) stops the trial at
+    # its first evaluation; a run just under its base (within 0.10) completes, and its objective (max) is
+    # taken over the evaluations after iteration 0: the base's own 0.66 is not what the trial achieved.
+    study = _run(tmp_path, monkeypatch, trials=2, concurrency=1, backend="sweep_test_backends:EvalCurveBackend",
+                 search={"rl_config.clip_ratio": "choice(0.1, 0.3)"}, sampler={"name": "grid", "seed": 0},
+                 objective={"metric": "eval/acc_greedy", "reduce": "max"},
+                 pruner={"name": "none", "collapse": {"below_base": 0.1}})
+    by_clip = {t.params["rl_config.clip_ratio"]: t for t in study.trials}
+    collapsed, kept = by_clip[0.3], by_clip[0.1]
+    assert collapsed.state == TrialState.PRUNED
+    assert collapsed.user_attrs["pruned_reason"] == (
+        "pruned by the collapse rule at iteration 2 of 12: eval/acc_greedy 0.5 is more than 0.1 below the "
+        "base policy's 0.66"
+    )
+    assert kept.state == TrialState.COMPLETE and kept.value == pytest.approx(0.66 - 0.06 / 12)
+
+
+def test_a_full_disk_in_the_driver_stops_the_study_cleanly_and_it_resumes(tmp_path, monkeypatch):
+    # ENOSPC when the driver appends a trial's metrics (fault injected at the driver's own write): one line,
+    # the running trials stop as on Ctrl-C (no attempt used, nothing left RUNNING), and the rerun finishes.
+    import errno
+
+    from grpo.errors import StudyStopped
+    from grpo.sweep import driver as driver_mod
+
+    real_record, calls = driver_mod._Driver._record, []
+
+    def record(self, live, seed, iteration, metrics):
+        calls.append(iteration)
+        if len(calls) == 8:
+            raise OSError(errno.ENOSPC, "No space left on device", str(live.trial_dir / "metrics.jsonl"))
+        return real_record(self, live, seed, iteration, metrics)
+
+    monkeypatch.setattr(driver_mod._Driver, "_record", record)
+    fields = dict(trials=3, concurrency=2, backend="sweep_test_backends:SlowCurveBackend")
+    with pytest.raises(StudyStopped, match=r"metrics.jsonl: No space left on device: the driver stopped the study"):
+        _run(tmp_path, monkeypatch, **fields)
+    stopped = load(tmp_path)
+    assert not [t for t in stopped.trials if t.state == TrialState.RUNNING]
+    assert all(not t.user_attrs.get("gave_up") for t in stopped.trials)
+    monkeypatch.setattr(driver_mod._Driver, "_record", real_record)
+    again = _run(tmp_path, monkeypatch, **fields)
+    complete = [t for t in again.trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == 3 and all(t.user_attrs["attempt"] == 1 for t in complete)
 
 
 def test_a_new_study_refuses_the_trial_folders_of_an_earlier_one(tmp_path, monkeypatch):

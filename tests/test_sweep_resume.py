@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
 
+from pg_server import postgres_bin, postgres_server
 from sweep_helpers import cli_env, count_lines, load, run_cli, start_cli, states, wait_for, write_spec
 
 
@@ -80,46 +78,13 @@ def test_two_drivers_on_one_journal_share_the_budget(tmp_path):
     _assert_shared_budget(load(tmp_path), 6)
 
 
-def _postgres_bin() -> Path | None:
-    for root in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if (root / "initdb").exists() and (root / "postgres").exists():
-            return root
-    return None
-
-
 @pytest.fixture
-def postgres_url(tmp_path):
-    bindir = _postgres_bin()
+def postgres_url():
+    bindir = postgres_bin()
     if bindir is None:
         pytest.skip("PostgreSQL server binaries not installed (Debian package postgresql; .ci/setup installs it)")
-    # The server refuses to run as root: as root, it runs as the postgres user in a folder it owns
-    # (pytest's tmp_path sits under a root-only folder).
-    root = Path(tempfile.mkdtemp(prefix="grpo-pg-"))
-    user = "postgres" if os.getuid() == 0 else None
-
-    def as_user(cmd):
-        return ["runuser", "-u", user, "--", *cmd] if user else cmd
-
-    if user:
-        shutil.chown(root, user)
-    data, sock_dir = root / "data", root / "sock"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    subprocess.run(as_user([str(bindir / "initdb"), "-D", str(data), "-U", "grpo", "--auth=trust"]), check=True, capture_output=True)
-    subprocess.run(as_user(["mkdir", str(sock_dir)]), check=True)
-    server = subprocess.Popen(as_user([str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sock_dir),
-                                       "-c", "listen_addresses=127.0.0.1"]),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
-                                         capture_output=True).returncode == 0, 30, "postgres to accept connections")
-        subprocess.run(as_user([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "grpo", "sweeps"]), check=True)
-        yield f"postgresql://grpo@127.0.0.1:{port}/sweeps"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        shutil.rmtree(root, ignore_errors=True)
+    with postgres_server(bindir) as url:
+        yield url
 
 
 @pytest.mark.postgres
@@ -180,13 +145,15 @@ def test_random_sigkills_of_the_driver_lose_and_repeat_nothing(tmp_path):
     done = run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     study = load(tmp_path)
-    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    # A repeated proposal is told the earlier result without running (repeat_of): not a trial that ran.
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE and "repeat_of" not in t.user_attrs]
     assert len(complete) == 6
     assert len({t.params["rl_config.clip_ratio"] for t in complete}) == 6
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]
     assert all(t.user_attrs["attempt"] == 1 for t in complete)  # deaths of the driver cost no attempt
     for t in study.trials:  # a point that completed was never started again afterwards
         later = [u for u in complete if u.number > t.number and u.params == t.params]
+        assert "repeat_of" not in t.user_attrs or "trial_dir" not in t.user_attrs  # repeats never launch
         assert not (t.state == TrialState.COMPLETE and later), (t.number, [u.number for u in later])
 
 

@@ -99,6 +99,26 @@ def test_a_trial_starts_only_when_all_its_seeds_fit(tmp_path, monkeypatch):
         assert _overlap(after)  # admitted whole: both seeds start together on the freed workers
 
 
+def test_a_trial_that_fits_starts_while_a_larger_one_waits_for_room(tmp_path, monkeypatch):
+    # Backfill (issue 16's head-of-line blocking): 4 CPUs, trials asking 1 or 4 (engine.num_threads). While the
+    # 4-CPU trial 1 waits for trial 0's CPU, the 1-CPU trial 2 asked after it starts on the 3 free ones; the
+    # 4-CPU trial 3 asked later still starts after trial 1 (the oldest waiting trial keeps its place).
+    spec = _spec(tmp_path, monkeypatch, trials=4, concurrency=3, backend="sweep_test_backends:TimedBackend",
+                 sampler={"name": "grid", "seed": 6},
+                 search={"engine.num_threads": "choice(1, 4)", "rl_config.clip_ratio": "choice(0.1, 0.2)"},
+                 overrides=["megatron_training.train_iters=10", "megatron_training.save_interval=5"])
+    study = run_study(spec).study
+    assert states(study) == {"COMPLETE": 4}
+    by_number = {t.number: t for t in study.trials}
+    # The grid's order with seed 6, asked one after the other (checked, so the scenario cannot go vacuous).
+    assert [by_number[n].params["engine.num_threads"] for n in range(4)] == [1, 4, 1, 4]
+    start = {n: _timings(t)[0]["start"] for n, t in by_number.items()}
+    end = {n: _timings(t)[0]["end"] for n, t in by_number.items()}
+    assert start[2] < start[1]  # backfilled while trial 1 waited
+    assert start[1] >= max(end[0], end[2]) - 0.05 and start[3] >= end[1] - 0.05  # 4 CPUs each: alone
+    assert start[1] < start[3]
+
+
 def test_a_trial_whose_seeds_cannot_fit_together_is_pruned_before_launch(tmp_path, monkeypatch):
     # engine.num_threads is a trial's CPU request: 3 seeds x 2 CPUs never fit 4 CPUs; 3 x 1 do.
     study = run_study(_spec(

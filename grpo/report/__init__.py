@@ -12,8 +12,39 @@ it was interrupted. The page answers which settings won, how sure (``stats``, ``
 from the ``page_*`` sections. See docs/contracts.md ("Report").
 """
 
-from grpo.report.collect import Frames, collect
-from grpo.report.export import export
-from grpo.report.html import write_report
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grpo.report.collect import Frames, collect
+    from grpo.report.export import export
+    from grpo.report.html import write_report
 
 __all__ = ["Frames", "collect", "export", "write_report"]
+_HOME = {"Frames": "collect", "collect": "collect", "export": "export", "write_report": "html"}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy (PEP 562): `grpo.report.best` or `.stats` alone must not pull in plotly, pandas and Optuna's
+    # importance (about 2 s), which every `grpo-sweep` command would otherwise pay before it says anything.
+    if name in _HOME:
+        return getattr(importlib.import_module(f"grpo.report.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """Importing the submodule ``grpo.report.collect`` (or ``.export``) binds the package attribute of that
+    name to the submodule; the API name stays the function, as when this package imported them eagerly."""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if name in _HOME and isinstance(value, types.ModuleType):
+            return getattr(value, name)
+        return value
+
+
+sys.modules[__name__].__class__ = _Package

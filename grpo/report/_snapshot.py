@@ -6,6 +6,8 @@ plots consistent with each other, and it is much faster: Optuna's plot functions
 ``StudySnapshot`` is a real ``optuna.Study`` on the same storage (directions, user attrs and metric
 names come from it) whose ``get_trials`` answers from the trials it read, or from a subset of them
 (``subset``), which is how the report draws Optuna's costlier plots from a sample of a big study.
+Repeated proposals answered from an earlier trial (``best.is_repeat``) are not results: a snapshot of a
+study leaves them out.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Container, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo.report.best import is_repeat
+
 
 class StudySnapshot(optuna.Study):
     """``study`` with its trials read once; ``trials`` limits it to those trials (a sample)."""
@@ -22,7 +26,8 @@ class StudySnapshot(optuna.Study):
     def __init__(self, study: optuna.Study, trials: Sequence[FrozenTrial] | None = None):
         super().__init__(study_name=study.study_name, storage=study._storage)
         self.source: optuna.Study = study.source if isinstance(study, StudySnapshot) else study
-        self._frozen = list(study.get_trials(deepcopy=False) if trials is None else trials)
+        read = study.get_trials(deepcopy=False) if trials is None else trials
+        self._frozen = [t for t in read if not is_repeat(t)]
         self._attrs = dict(study.user_attrs)
 
     def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:

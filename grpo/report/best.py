@@ -13,6 +13,14 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+REPEAT_OF = "repeat_of"  # trial attr: a proposal equal to that trial's parameters, told its result, never run
+
+
+def is_repeat(trial: FrozenTrial) -> bool:
+    """A repeated proposal answered from an earlier trial (see grpo/sweep/repeats.py): the sampler's record,
+    not a result. The report, ``status``, ``best`` and the budget leave it out."""
+    return trial.user_attrs.get(REPEAT_OF) is not None
+
 
 def sign(direction: StudyDirection) -> float:
     """-1 for a maximized objective, +1 for a minimized one: ``sign * value`` sorts best first."""
@@ -20,7 +28,7 @@ def sign(direction: StudyDirection) -> float:
 
 
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values]
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values and not is_repeat(t)]
 
 
 def ranked(study: optuna.Study, objective: int = 0) -> list[FrozenTrial]:

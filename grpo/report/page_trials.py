@@ -203,6 +203,8 @@ def config_diff(base: dict[str, Any], config: dict[str, Any]) -> list[tuple[str,
     missing = object()
     rows = []
     for key in sorted(set(a) | set(b)):
+        if key.startswith("engine.trial_params."):
+            continue  # the searched values again, as a tracked run logs them (shown as the trial's params)
         va, vb = a.get(key, missing), b.get(key, missing)
         if va != vb:
             rows.append((key, None if va is missing else va, None if vb is missing else vb))

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
 from grpo._fs import atomic_write_text
 from grpo.errors import UserError
+from grpo.report.best import is_repeat
 from grpo.report.stats import Interval, trial_interval
 from grpo.sweep.space import format_params
 from grpo.sweep.spec import SweepSpec
@@ -56,6 +56,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for warning in spec.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    from grpo.sweep.connect import join_remote  # a remote cluster is joined before the study exists (one-line errors)
+
+    join_remote(spec.cluster.address, where="--address" if args.address else f"{spec.source}: cluster.address")
     console = Console(stderr=False)
     refresh = None if args.no_report else ThrottledReport(lambda study: _write_report(spec, study, report_dir(spec)))
     if args.quiet:
@@ -138,11 +141,15 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
     from grpo.report.best import best_trial
     from grpo.report.stats import verdict
 
-    trials = study.get_trials(deepcopy=False)
+    every = study.get_trials(deepcopy=False)
+    trials = [t for t in every if not is_repeat(t)]
     by_state: dict[str, int] = {}
     for t in trials:
         by_state[t.state.name] = by_state.get(t.state.name, 0) + 1
-    console.print(f"study {spec.study}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(by_state.items())))
+    repeats = len(every) - len(trials)
+    said = [f"{n} {s.lower()}" for s, n in sorted(by_state.items())]
+    said += [f"{repeats} repeated proposal{'s' * (repeats != 1)} answered from earlier trials"] if repeats else []
+    console.print(f"study {spec.study}: " + ", ".join(said))
     best = best_trial(study)
     if best is None or spec.multi_objective:
         return
@@ -159,6 +166,8 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
 def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
     rows = []
     for t in study.get_trials(deepcopy=False):
+        if is_repeat(t):  # the sampler's record of a point that already ran, not a result
+            continue
         seeds = t.user_attrs.get("seeds")
         rows.append(
             {
@@ -210,6 +219,12 @@ def cmd_best(args: argparse.Namespace) -> int:
     from grpo.report.best import best_trial, pareto_front
 
     spec = _spec(args)
+    out = Path(args.export) if args.export else None
+    if out is not None and out.suffix != ".yaml":
+        raise UserError(
+            f"--export {args.export}: the file name must end in .yaml (grpo-train reads it by its name: "
+            f"--config-name {out.stem or 'best'} finds {out.stem or 'best'}.yaml)"
+        )
     study = _existing_study(spec)
     trial = best_trial(study)
     if trial is None:
@@ -238,23 +253,16 @@ def cmd_best(args: argparse.Namespace) -> int:
             "confirmation_of": trial.user_attrs.get("confirmation_of"),
         }
         print(json.dumps(shown, indent=2, default=str))
-    if args.export:
-        out = Path(args.export)
-        atomic_write_text(out, _best_yaml(dict(trial.user_attrs.get("config") or {}), trial, spec))
-        print(f"wrote {out}", file=sys.stderr)
+    if out is not None:
+        from grpo.report.reproduce import config_yaml, run_line
+
+        base = study.user_attrs.get("base_config")
+        text = config_yaml(study, trial, base if isinstance(base, dict) else None, path=out)
+        if text is None:
+            raise UserError(f"{spec.path}: trial {trial.number} records no config to export")
+        atomic_write_text(out, text)
+        print(f"wrote {out}; run it with: {run_line(out)}", file=sys.stderr)
     return 0
-
-
-def _best_yaml(config: dict[str, Any], trial: FrozenTrial, spec: SweepSpec) -> str:
-    """The best trial's full config as a grpo_trainer YAML that grpo-train loads (--config-path/name)."""
-    header = (
-        f"# best trial {trial.number} of study {spec.study} ({spec.path})\n"
-        f"# params: {json.dumps(trial.params, default=str)}\n"
-    )
-    body = dict(config)
-    for run_key in ("save", "load"):  # per-trial paths: a new run chooses its own
-        body.get("actor_config", {}).pop(run_key, None)
-    return header + yaml.safe_dump(body, sort_keys=False)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

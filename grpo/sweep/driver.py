@@ -16,6 +16,7 @@ finished trial means), ``study_store`` (writes Optuna's ``Trial`` does not cover
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -32,16 +33,18 @@ from types import FrameType
 from typing import Any, Protocol
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from grpo._fs import tail_lines
-from grpo.errors import UserError
+from grpo.errors import StudyStopped, UserError
 from grpo.report.best import best_trial, ranked
 from grpo.report.stats import Interval, verdict
 from grpo.sweep import lease
 from grpo.sweep.backends import TrialBackend, load_backend
+from grpo.sweep.collapse import collapse_reason
 from grpo.sweep.outcome import Complete, Failed, Interrupted, Outcome, Pruned, SeedEnd, decide
 from grpo.sweep.preflight import preflight
+from grpo.sweep.repeats import answer_repeat
 from grpo.sweep.retry import CONFIRMATION_OF, counts_toward_budget, fail_and_maybe_retry, holds_budget, is_confirmation
 from grpo.sweep.samplers import make_pruner, make_sampler
 from grpo.sweep.scheduler import Finished, JobKey, RayScheduler
@@ -55,6 +58,11 @@ POLL_S = 0.05
 TIMEOUT_KILL_GRACE_S = 30.0
 MAX_INFEASIBLE_IN_A_ROW = 200
 MAX_DUPLICATES_IN_A_ROW = 50
+# Backfill: while the oldest asked trial waits for room, up to LOOKAHEAD asked trials wait behind it and any
+# that fits starts. Once MAX_PASSED_OVER (x concurrency) have started ahead of it, nothing more does until it
+# has: running trials drain until it fits, so a large trial is delayed, never starved.
+LOOKAHEAD = 4
+MAX_PASSED_OVER = 1
 CONSTRAINT = "feasible"  # Optuna constraint key: > 0 means the point broke a config rule
 
 
@@ -78,6 +86,7 @@ class _Live:
     pruned_note: str | None = None  # where and at what value the pruner stopped it
     stepped: int = 0  # the common step the intermediate values have been reported up to
     last_report: tuple[int, float] | None = None  # (step, value) of the last intermediate value reported
+    passed_over: int = 0  # trials asked after it that started first while it waited for room (backfill)
 
     def job_keys(self) -> list[JobKey]:
         """The scheduler keys of the seed jobs still running."""
@@ -111,6 +120,14 @@ class RunningTrial:
     iteration: int  # the step every seed has reached
     objective_so_far: float | None  # mean over seeds of the objective up to that step
     confirmation_of: int | None = None
+    iterations: int = 0  # the iterations it runs (train_iters); 0: unknown
+    elapsed_s: float = 0.0  # since its seeds were submitted
+
+    def left_s(self, mean_wall_s: float) -> float:
+        """Seconds it still needs: its own pace once it has done an iteration, else a finished trial's mean."""
+        if self.iteration > 0 and self.iterations > 0 and self.elapsed_s > 0:
+            return max(0.0, self.elapsed_s * (self.iterations - self.iteration) / self.iteration)
+        return max(0.0, mean_wall_s - self.elapsed_s)
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,24 @@ class ProgressSnapshot:
     counted: int  # trials that count toward the budget
     running: list[RunningTrial]
     best: tuple[int, float] | None  # (number, value); None before the first complete trial or multi-objective
+    total: int = 0  # the budget (spec.trials)
+    done: dict[str, int] = field(default_factory=dict)  # counted trials by state: complete, pruned, fail
+    mean_wall_s: float | None = None  # mean wall time of the finished trials; None before the first one
+    to_start: int = 0  # trials not started yet: the budget left, those waiting for room, confirmations to come
+    concurrency: int = 1
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds until the study ends; None until a trial has finished (nothing to estimate from).
+
+        Running trials need what their pace says; each trial still to start a finished trial's mean wall
+        time; the work is shared by ``concurrency`` slots, and the study lasts at least as long as its
+        slowest running trial."""
+        if self.mean_wall_s is None:
+            return None
+        left = [t.left_s(self.mean_wall_s) for t in self.running]
+        work = sum(left) + self.to_start * self.mean_wall_s
+        return max(max(left, default=0.0), work / max(1, self.concurrency))
 
 
 class Progress(Protocol):
@@ -236,13 +271,14 @@ class _Driver:
         self.quiet, self.progress = quiet, progress
         self.on_trial_finished = on_trial_finished
         self.live: dict[int, _Live] = {}
-        self.pending: _Live | None = None  # asked, but waiting for room on the cluster
+        self.waiting: list[_Live] = []  # asked, waiting for room on the cluster, in the order asked
         self.pruning = not spec.multi_objective  # Optuna's report/should_prune are single-objective
         self.reducers = [o.reducer() for o in spec.objectives]
         self.interrupted = False
         self.exhausted = False  # the sampler only repeats points that already ran
         self.infeasible_in_a_row = self.duplicates_in_a_row = 0
         self.stage_started = False  # this run has enqueued what the confirmation stage lacked
+        self.io_error: OSError | None = None  # the driver could not write (storage or trial files)
 
     # -- budget ---------------------------------------------------------------------------------------
     def _budget_left(self) -> int:
@@ -258,7 +294,7 @@ class _Driver:
 
     def _search_finished(self) -> bool:
         """The search is over and none of its trials runs here: the confirmation stage may rank them."""
-        if self.pending is not None or any(lv.confirmation_of is None for lv in self.live.values()):
+        if self.waiting or any(lv.confirmation_of is None for lv in self.live.values()):
             return False
         counted = sum(1 for t in self.study.get_trials(deepcopy=False) if counts_toward_budget(t))
         return self.exhausted or counted >= self.spec.trials
@@ -276,41 +312,58 @@ class _Driver:
         with _Interrupt() as interrupt:
             try:
                 while True:
-                    if interrupt.count == 1:
-                        for live in self.live.values():
-                            if live.stop_reason is None:
-                                live.stop_reason = "interrupted"
-                                self._stop(live, "interrupted")
-                    elif interrupt.count >= 2:
-                        for live in self.live.values():
-                            for key in live.job_keys():
-                                self.sched.kill(key)
-                    if interrupt.count == 0:
-                        self._fill_slots()
-                        if self.spec.confirm is not None and not self.stage_started and self._search_finished():
-                            self._start_confirmation()
-                    if not self.live and self.pending is None and (interrupt.count or self._finished()):
-                        break
-                    finished, events = self.sched.poll(POLL_S if self.live else 0.01)
-                    self._on_events(events)
-                    for fin in finished:
-                        self._on_finished(fin)
-                    self._check_timeouts()
-                    now = time.monotonic()
-                    if now - last_beat > lease.HEARTBEAT_EVERY_S:
-                        self.store.beat([lv.trial for lv in self.live.values()], time.time())
-                        last_beat = now
-                    if now - last_reap > lease.STALE_AFTER_S:
-                        lease.reap(self.store, self.me, self.spec.retries)
-                        last_reap = now
-                    if self.progress is not None and self.progress.due():
-                        self.progress.update(self.snapshot())
+                    try:
+                        if interrupt.count == 1:
+                            for live in self.live.values():
+                                if live.stop_reason is None:
+                                    live.stop_reason = "interrupted"
+                                    self._stop(live, "interrupted")
+                        elif interrupt.count >= 2:
+                            for live in self.live.values():
+                                for key in live.job_keys():
+                                    self.sched.kill(key)
+                        if interrupt.count == 0:
+                            self._fill_slots()
+                            if self.spec.confirm is not None and not self.stage_started and self._search_finished():
+                                self._start_confirmation()
+                        if not self.live and not self.waiting and (interrupt.count or self._finished()):
+                            break
+                        finished, events = self.sched.poll(POLL_S if self.live else 0.01)
+                        self._on_events(events)
+                        for fin in finished:
+                            self._on_finished(fin)
+                        self._check_timeouts()
+                        now = time.monotonic()
+                        if now - last_beat > lease.HEARTBEAT_EVERY_S:
+                            held = [lv.trial for lv in [*self.live.values(), *self.waiting]]
+                            self.store.beat(held, time.time())
+                            last_beat = now
+                        if now - last_reap > lease.STALE_AFTER_S:
+                            lease.reap(self.store, self.me, self.spec.retries)
+                            last_reap = now
+                        if self.progress is not None and self.progress.due():
+                            self.progress.update(self.snapshot())
+                    except OSError as err:  # a full disk, a lost mount: stop as on Ctrl-C, resumable
+                        if self.io_error is not None or not self.live:
+                            self.io_error = self.io_error or err
+                            break  # it fails again while stopping (or nothing runs): stop now
+                        self.io_error = err
+                        interrupt.count = max(interrupt.count, 1)
+                        self._say(f"I/O error in the driver: {err}; no new trials, the running ones stop")
             finally:
                 self.interrupted = interrupt.count > 0
-                self._abandon_pending()
+                with contextlib.suppress(OSError):  # storage unwritable: the next run reaps them (no attempt used)
+                    self._abandon_waiting()
                 self.sched.shutdown()
                 if self.progress is not None:
                     self.progress.update(self.snapshot())
+        if self.io_error is not None:
+            failed = self.io_error
+            where = f"{failed.filename}: " if failed.filename else ""
+            raise StudyStopped(
+                f"{where}{failed.strerror or failed}: the driver stopped the study; the running trials stopped and "
+                "resume when you rerun the same command (free space first)"
+            )
 
     def _finished(self) -> bool:
         """Nothing is left to ask: the search is spent and the confirmation stage (if any) has nothing waiting."""
@@ -326,23 +379,36 @@ class _Driver:
 
     def _fill_slots(self) -> None:
         while len(self.live) < self.spec.concurrency:
-            if self.pending is None:
-                if not self._may_ask():
-                    return
-                asked = self._ask()
-                if isinstance(asked, _LostRace):
-                    return
-                if isinstance(asked, _Skipped):
-                    self._count_skip(asked)
-                    continue
-                self.infeasible_in_a_row = self.duplicates_in_a_row = 0
-                self.pending = asked
-            live = self.pending
-            # Gang admission: all its seeds start at once or none does (ours frees as trials end).
-            if not self.sched.fits(live.plan.options, count=len(live.plan.jobs)):
+            if self._start_one_waiting():
+                continue
+            if len(self.waiting) >= LOOKAHEAD or not self._may_ask():
                 return
-            self.pending = None
-            self._submit(live)
+            asked = self._ask()
+            if isinstance(asked, _LostRace):
+                return
+            if isinstance(asked, _Skipped):
+                self._count_skip(asked)
+                continue
+            self.infeasible_in_a_row = self.duplicates_in_a_row = 0
+            self.waiting.append(asked)
+
+    def _start_one_waiting(self) -> bool:
+        """Start the oldest waiting trial that fits now (gang admission: all its seeds at once); True if one did.
+
+        A trial behind the oldest starts only while the oldest has been passed over fewer than
+        ``MAX_PASSED_OVER x concurrency`` times (backfill with a starvation guard).
+        """
+        head = self.waiting[0] if self.waiting else None
+        for live in self.waiting:
+            if live is not head and head is not None and head.passed_over >= MAX_PASSED_OVER * self.spec.concurrency:
+                return False
+            if self.sched.fits(live.plan.options, count=len(live.plan.jobs)):
+                self.waiting.remove(live)
+                if head is not None and live is not head:
+                    head.passed_over += 1
+                self._submit(live)
+                return True
+        return False
 
     def _count_skip(self, skipped: _Skipped) -> None:
         """Too many infeasible points in a row is the spec's fault; too many repeats means the space is spent."""
@@ -362,11 +428,11 @@ class _Driver:
                 f"config rule; last: {skipped.reason}"
             )
 
-    def _ran_before(self, params: dict[str, Any], number: int) -> int | None:
-        """The number of a trial that ran (or runs) these very parameters, if any."""
+    def _ran_before(self, params: dict[str, Any], number: int) -> FrozenTrial | None:
+        """The trial that ran (or runs) these very parameters, if any."""
         for t in self.study.get_trials(deepcopy=False):
             if t.number != number and t.params == params and holds_budget(t):
-                return t.number
+                return t
         return None
 
     def _confirmed_before(self, source: int, number: int) -> int | None:
@@ -389,13 +455,9 @@ class _Driver:
         confirmation_of = trial.user_attrs.get(CONFIRMATION_OF)
         if trial.user_attrs.get("retry_of") is None and confirmation_of is None:
             earlier = self._ran_before(params, number)
-            if earlier is not None:  # a restart's or another driver's sampler repeating a point: never rerun
-                # FAIL, not PRUNED: samplers learn from PRUNED trials (TPE ranks one without values worst),
-                # and the point is not bad, it already ran; FAIL trials are ignored by them.
-                trial.set_user_attr("infeasible", True)  # uses none of the budget
-                trial.set_user_attr("failure_reason", f"not run: the same parameters as trial {earlier}")
-                self.study.tell(trial, state=TrialState.FAIL)
-                return _Skipped(f"same parameters as trial {earlier}", duplicate_of=earlier)
+            if earlier is not None:  # never rerun a point: the repeat is told the earlier trial's result
+                answer_repeat(self.study, trial, earlier)
+                return _Skipped(f"same parameters as trial {earlier.number}", duplicate_of=earlier.number)
         if confirmation_of is not None and trial.user_attrs.get("retry_of") is None:
             first = self._confirmed_before(confirmation_of, number)
             if first is not None:  # two drivers reached the stage at once and both enqueued it: run one
@@ -478,12 +540,12 @@ class _Driver:
         for key in live.job_keys():
             self.sched.stop(key, reason)
 
-    def _abandon_pending(self) -> None:
-        if self.pending is not None:  # asked but never launched: give it back as a retry, no attempt used
-            frozen = self.store.frozen(self.pending.trial)
+    def _abandon_waiting(self) -> None:
+        for live in self.waiting:  # asked but never launched: give it back as a retry, no attempt used
+            frozen = self.store.frozen(live.trial)
             reason = "not launched before the driver stopped"
             fail_and_maybe_retry(self.store, frozen, reason, self.spec.retries, count_attempt=False)
-            self.pending = None
+        self.waiting = []
 
     # -- metrics --------------------------------------------------------------------------------------
     def _record(self, live: _Live, seed: int, iteration: int, metrics: dict[str, Any]) -> None:
@@ -535,22 +597,36 @@ class _Driver:
         iters = live.plan.train_iters
         if live.common_step() >= iters or live.last_report is None:
             return  # it ran all its iterations: it completes, it is never pruned at its last step
-        if not live.trial.should_prune():
+        seeds = len(live.plan.jobs)
+        of_seeds = f", mean of {seeds} seeds" if seeds > 1 else ""
+        collapsed = self._collapsed(live)
+        if collapsed is not None:
+            live.pruned_note = collapsed + of_seeds
+        elif live.trial.should_prune():
+            objective = self.spec.objectives[0]
+            step, value = live.last_report
+            live.pruned_note = (
+                f"pruned by the {self.spec.pruner.name} pruner at iteration {step} of {iters}: "
+                f"{objective.metric} ({objective.reduce}) so far {value:.4g}" + of_seeds
+            )
+        else:
             return
         live.stop_reason = "pruned"
-        objective = self.spec.objectives[0]
-        step, value = live.last_report
-        seeds = len(live.plan.jobs)
-        live.pruned_note = (
-            f"pruned by the {self.spec.pruner.name} pruner at iteration {step} of {iters}: "
-            f"{objective.metric} ({objective.reduce}) so far {value:.4g}"
-            + (f", mean of {seeds} seeds" if seeds > 1 else "")
-        )
         self._stop(live, "pruned")
+
+    def _collapsed(self, live: _Live) -> str | None:
+        """Why the collapse rule (``pruner.collapse``) stops the trial now, or None."""
+        rule = self.spec.pruner.collapse
+        if rule is None:
+            return None
+        curves = [live.curves.get(run.seed, {}).get(rule.metric) or [] for run in live.plan.runs]
+        return collapse_reason(rule, curves, live.common_step(), live.plan.train_iters)
 
     def _seed_value(self, live: _Live, seed: int, index: int, upto: int | None = None) -> float | None:
         """Objective ``index`` reduced over one seed's curve (up to iteration ``upto`` when given)."""
         points = live.curves.get(seed, {}).get(self.spec.objectives[index].metric)
+        if points and points[0][0] == 0:
+            points = points[1:]  # iteration 0 is the base policy's evaluation, not what the trial achieved
         if points and upto is not None:
             points = points[: bisect_right(points, upto, key=lambda p: p[0])]  # iterations ascend
         if not points:
@@ -711,14 +787,40 @@ class _Driver:
     # -- what the user sees ---------------------------------------------------------------------------
     def snapshot(self) -> ProgressSnapshot:
         trials = self.study.get_trials(deepcopy=False)
+        now = time.time()
         running = []
         for number, live in sorted(self.live.items()):
             step = live.common_step()
             value = self._objective_so_far(live, 0, step) if step else None
-            running.append(RunningTrial(number, live.params, len(live.plan.jobs), step, value, live.confirmation_of))
+            running.append(
+                RunningTrial(
+                    number, live.params, len(live.plan.jobs), step, value, live.confirmation_of,
+                    iterations=live.plan.train_iters, elapsed_s=max(0.0, now - live.started_wall),
+                )
+            )  # fmt: skip
         best = best_trial(self.study) if not self.spec.multi_objective else None
-        counted = sum(1 for t in trials if counts_toward_budget(t))
-        return ProgressSnapshot(counted, running, (best.number, best.values[0]) if best is not None else None)
+        counted = [t for t in trials if counts_toward_budget(t)]
+        done: dict[str, int] = {}
+        for t in counted:
+            done[t.state.name.lower()] = done.get(t.state.name.lower(), 0) + 1
+        finished = counted + [t for t in trials if is_confirmation(t) and t.state == TrialState.COMPLETE]
+        walls = [float(w) for t in finished if isinstance(w := t.user_attrs.get("wall_s"), (int, float))]
+        to_start = 0 if self.exhausted else max(0, self._budget_left())
+        to_start += len(self.waiting)  # asked, waiting for room
+        if self.spec.confirm is not None:
+            waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            started = self.stage_started or any(is_confirmation(t) for t in trials)
+            to_start += sum(1 for t in waiting if is_confirmation(t)) if started else self.spec.confirm.top_k
+        return ProgressSnapshot(
+            len(counted),
+            running,
+            (best.number, best.values[0]) if best is not None else None,
+            total=self.spec.trials,
+            done=done,
+            mean_wall_s=statistics.fmean(walls) if walls else None,
+            to_start=to_start,
+            concurrency=self.spec.concurrency,
+        )
 
     def _say(self, message: str) -> None:
         if self.progress is not None:

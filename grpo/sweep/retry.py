@@ -7,6 +7,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo.report.best import is_repeat
 from grpo.sweep.study_store import StudyStore
 
 CONFIRMATION_OF = "confirmation_of"  # trial attr: the search trial a confirmation trial reruns
@@ -56,9 +57,9 @@ def counts_toward_budget(trial: FrozenTrial) -> bool:
 
     Points pruned at sampling time for breaking a config rule (``infeasible``) do not count, nor do
     failures that were retried (their retry counts instead), nor confirmation trials (the stage runs
-    after the budget is spent).
+    after the budget is spent), nor repeated proposals told an earlier trial's result (``is_repeat``).
     """
-    if trial.user_attrs.get("infeasible") or is_confirmation(trial):
+    if trial.user_attrs.get("infeasible") or is_confirmation(trial) or is_repeat(trial):
         return False
     if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
@@ -71,4 +72,6 @@ def holds_budget(trial: FrozenTrial) -> bool:
     """Counts toward the budget, or is a running search trial (not an infeasible point being told)."""
     if counts_toward_budget(trial):
         return True
-    return trial.state == TrialState.RUNNING and not trial.user_attrs.get("infeasible") and not is_confirmation(trial)
+    if trial.user_attrs.get("infeasible") or is_confirmation(trial) or is_repeat(trial):
+        return False
+    return trial.state == TrialState.RUNNING
