@@ -21,6 +21,11 @@ Options add trials after those (numbers continue in this order):
   ``clip`` (clip_saturation), ``zero_var`` (zero_variance_groups), ``blowup`` (length_blowup), all COMPLETE.
 - ``extra=n``: n more healthy COMPLETE trials whose final accuracy depends on ``init_kl_coef`` alone
   (so parameter importances have something to find).
+- ``chain=True``: one logical trial run three times (a retry chain, as the driver records one): an
+  attempt interrupted at iteration 3 (FAIL, checkpoint at 2), its retry (``retry_of``, ``resume_from``,
+  ``resumed_at_iteration`` 2; it adopted the lines up to 2) failing at iteration 5 (checkpoint at 4), and
+  the retry of that, resumed at 4, COMPLETE at 6. Each attempt's ``runs/seed0/ckpt/iter_<n>`` holds one
+  ``CHECKPOINT_BYTES`` file (the numbers continue: 6, 7, 8 after the six trials above).
 - ``confirm=True``: two confirmation trials (``confirmation_of``) re-running the two best search
   trials on the three fresh seeds ``CONFIRM_SEEDS``; the one confirming trial 5 wins.
 - ``seeds=k``: every search trial runs k seeds (default: trial 0 two, the others one).
@@ -55,6 +60,8 @@ EVAL_EVERY = 2
 EVAL_PROMPTS = 64
 PAYLOAD = "<script>alert(1)</script>"
 CONFIRM_SEEDS = [2001, 2002, 2003]
+CHECKPOINT_BYTES = 40_000  # one checkpoint file of a chain attempt (``chain=True``)
+_CHAIN_PLAN = ((3, 2), (5, 4), (ITERATIONS, ITERATIONS))  # each attempt's (last iteration, checkpoint)
 ENVIRONMENT = {"python": "3.11.9", "platform": "Linux-6.1-x86_64", "commit": "0123abcd",
                "packages": {"optuna": "5.1.0", "torch": "2.5.1", "plotly": "7.1.0"}}
 # Training metrics per iteration (the held-out ones come every EVAL_EVERY iterations and at iteration 0).
@@ -171,7 +178,7 @@ def _samples(kind: str, rows: list[dict], payload: str | None) -> list[dict]:
 def make_study(tmp_path: Path, name: str = "report_study", *, payload: str | None = None, multi: bool = False,
                running: bool = False, base: str = BASE, base_config: bool = True, health: bool = False,
                extra: int = 0, confirm: bool = False, seeds: int | None = None, limit: int | None = None,
-               environment: bool = False) -> optuna.Study:
+               environment: bool = False, chain: bool = False) -> optuna.Study:
     """The study described in the module docstring, in ``tmp_path/studies/<name>/journal.log``."""
     study_name = f"{name} {payload}" if payload else name
     study_dir = tmp_path / "studies" / name
@@ -233,6 +240,8 @@ def make_study(tmp_path: Path, name: str = "report_study", *, payload: str | Non
                                    quality, multi, payload, offsets=[0.0, -0.05, 0.02, -0.03])
         if value is not None:
             made[number] = (kind, params, value)
+    if chain:
+        _add_chain(study, study_dir, layout_choices, base_dict)
     if confirm:
         top = sorted(made.items(), key=lambda kv: -kv[1][2])[:2]
         offsets = {0: [0.0, -0.02, 0.01], 1: [0.01, -0.03, 0.0]}
@@ -320,6 +329,57 @@ def _add_trial(study, study_dir, kind, state, params, layout_choices, base_dict,
     trial.set_user_attr("value_interval", [[i.low, i.high] if i.low is not None else None for i in intervals])
     study.tell(trial, values if multi else values[0])
     return trial.number, values[0]
+
+
+def _add_chain(study, study_dir, layout_choices, base_dict) -> list[int]:
+    """The ``chain=True`` trials (see the module docstring); returns their numbers."""
+    params = {"rl_config.clip_ratio": 0.27, "rl_config.init_kl_coef": 0.004, "rl_config.n_samples_per_prompt": 8,
+              "layout": layout_choices[0]}
+    rows = _curves("healthy", ITERATIONS, 0.75)
+    numbers: list[int] = []
+    previous_dir = None
+    for k, (stop, ckpt) in enumerate(_CHAIN_PLAN):
+        study.enqueue_trial(params)
+        trial = study.ask()
+        trial.suggest_float("rl_config.clip_ratio", 0.1, 0.3)
+        trial.suggest_float("rl_config.init_kl_coef", 1e-3, 1e-1, log=True)
+        trial.suggest_categorical("rl_config.n_samples_per_prompt", [4, 8])
+        trial.suggest_categorical("layout", layout_choices)
+        trial_dir = study_dir / "trials" / str(trial.number)
+        config = copy.deepcopy(base_dict)
+        _set(config, "actor_config.save", str(trial_dir / "runs" / "seed0" / "ckpt"))
+        attrs = {"overrides": [f"{k}={v}" for k, v in params.items()], "config": config, "seeds": [1234],
+                 "trial_dir": str(trial_dir), "attempt": 1 if k < 2 else 2, "node": "node-a",
+                 "resources": {"num_cpus": 1}, "wall_s": 10.0 * stop, "cpu_s": 9.0 * stop}
+        if previous_dir is not None:  # a retry: it resumed from the attempt before at that one's checkpoint
+            attrs.update(retry_of=numbers[-1], resume_from=str(previous_dir),
+                         resumed_at_iteration={"1234": _CHAIN_PLAN[k - 1][1]})
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        mine = rows[: stop + 1]  # adopted lines up to the checkpoint, then its own (the same curve)
+        (trial_dir / "runs" / "seed0" / "ckpt" / f"iter_{ckpt:07d}").mkdir(parents=True)
+        (trial_dir / "runs" / "seed0" / "ckpt" / f"iter_{ckpt:07d}" / "model.bin").write_bytes(
+            b"\1" * CHECKPOINT_BYTES)
+        (trial_dir / "metrics.jsonl").write_text(
+            "".join(json.dumps({"iteration": r["iteration"], "seed": 1234, **{m: v for m, v in r.items()
+                                                                                if m != "iteration"}}) + "\n"
+                    for r in mine))
+        (trial_dir / "train.log").write_text(f"iteration {stop} done\n")
+        for r in mine[1:]:
+            trial.report(r["acc_rewards/mean"], step=r["iteration"])
+        if k < 2:
+            reason = "driver died (lease expired)" if k == 0 else "engine exited with code 1: out of memory"
+            trial.set_user_attr("failure_reason", reason)
+            trial.set_user_attr("retried", True)
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            value = mine[-1]["acc_rewards/mean"]
+            trial.set_user_attr("values_per_seed", [[value]])
+            trial.set_user_attr("value_spread", [0.0])
+            study.tell(trial, value)
+        numbers.append(trial.number)
+        previous_dir = trial_dir
+    return numbers
 
 
 def _pstdev(values: list[float]) -> float:

@@ -79,7 +79,8 @@ class EvalCurveBackend(TrialBackend):
         if report(0, {"eval/acc_greedy": self.BASE}):
             return {"stopped_early": True}
         for it in range(1, int(cfg.megatron_training.train_iters) + 1):
-            time.sleep(0.1)  # a pace at which the driver's stop arrives before the run ends
+            # a pace at which the driver's stop arrives before the run ends, even on a busy machine
+            time.sleep(0.5 if collapses and it > 2 else 0.1)
             metrics = {"grpo/score/mean": 0.1 * it}
             if it % 2 == 0:
                 metrics["eval/acc_greedy"] = 0.5 if collapses else self.BASE - 0.06 / it

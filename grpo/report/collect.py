@@ -9,6 +9,14 @@ study, a running one, and one whose driver was killed: a trial dir that is missi
     frames.trials      # number, state, params_*, value (or values_*), seed_spread, duration_s, ...
     frames.metrics     # trial, seed, iteration, metric, value
     frames.metrics.query("metric == 'acc_rewards/mean'").pivot_table(index="iteration", columns="trial")
+
+A retry is a new Optuna trial (``retry_of``: the failed attempt; Optuna keeps that FAIL record) that
+resumes from the failed attempt's checkpoint and adopts its metrics up to it. ``grpo.report.chains`` links the
+attempts into one logical trial: the trials frame names each trial's ``logical_trial`` (its first
+attempt), the trial that ``superseded_by`` it, and where a retry resumed; the retry's own metrics hold
+the whole curve (the driver copies the adopted lines into its ``metrics.jsonl``; a retry whose file
+lacks them gets them from the attempt it resumed, up to the checkpoint it resumed at). ``disk_bytes``
+and ``checkpoint_bytes`` are what each trial folder takes on disk (``grpo.report.disk``; NaN: unknown).
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from grpo._fs import read_jsonl
 from grpo.report._snapshot import StudySnapshot, snapshot
+from grpo.report.chains import resumed_at, retry_chains
 from grpo.report.diagnostics import Flag, diagnose
+from grpo.report.disk import DiskReport, trial_usage
 
 METRIC_COLUMNS = ["trial", "seed", "iteration", "metric", "value"]
 
@@ -52,12 +62,14 @@ class Frames:
     """``trials``: one row per trial; ``metrics``: long per-iteration metrics (``METRIC_COLUMNS``).
 
     ``flags`` maps a trial number to its GRPO diagnostics (``grpo.report.diagnostics.Flag``); the
-    ``flags`` column of ``trials`` holds their names.
+    ``flags`` column of ``trials`` holds their names. ``disk``: how much of the trial folders the disk
+    walk measured (``grpo.report.disk.DiskReport``; None when the frames were built without it).
     """
 
     trials: pd.DataFrame
     metrics: pd.DataFrame
     flags: dict[int, list[Flag]] = field(default_factory=dict)
+    disk: DiskReport | None = None
 
 
 def collect(study: optuna.Study) -> Frames:
@@ -66,8 +78,9 @@ def collect(study: optuna.Study) -> Frames:
     dirs = trial_dirs(snap)
     metrics = metrics_frame(snap, dirs)
     flags = diagnose(snap, metrics)
-    trials = trials_frame(snap, metrics, flags, dirs)
-    return Frames(trials=trials, metrics=metrics, flags=flags)
+    disk = trial_usage(dirs)
+    trials = trials_frame(snap, metrics, flags, dirs, disk)
+    return Frames(trials=trials, metrics=metrics, flags=flags, disk=disk)
 
 
 # ------------------------------------------------------------------------------------------ naming
@@ -218,6 +231,7 @@ def metrics_frame(study: optuna.Study, dirs: dict[int, Path | None] | None = Non
                     for name, value in row.items()
                     if type(value) in (int, float) and name not in ("iteration", "seed")  # bool is not a number
                 )
+    records = _adopt_history(study, records)
     frame = pd.DataFrame.from_records(records, columns=METRIC_COLUMNS)
     frame = frame.astype({"trial": "int64", "seed": "int64", "iteration": "int64", "value": "float64"})
     frame["metric"] = frame["metric"].astype(str)
@@ -229,12 +243,49 @@ def metrics_frame(study: optuna.Study, dirs: dict[int, Path | None] | None = Non
     return frame.reset_index(drop=True)
 
 
+def _adopt_history(
+    study: optuna.Study, records: list[tuple[int, int, int, str, float]]
+) -> list[tuple[int, int, int, str, float]]:
+    """A retry's curve from the start: for each seed it resumed at iteration N whose own lines start after
+    N (the driver copies the adopted lines; a retry made before it did, or a file lost, lacks them), the
+    lines up to N of the attempt it resumed from are added under the retry's number."""
+    resumed = {}
+    for t in study.get_trials(deepcopy=False):
+        of, at = _int_or_none(t.user_attrs.get("retry_of")), resumed_at(t)
+        if of is not None and at and t.user_attrs.get("resume_from"):
+            resumed[t.number] = (of, at)
+    if not resumed:
+        return records
+    first: dict[tuple[int, int], int] = {}
+    for trial, seed, iteration, _, _ in records:
+        if trial in resumed and iteration < first.get((trial, seed), iteration + 1):
+            first[(trial, seed)] = iteration
+    by_trial: dict[int, list[tuple[int, int, int, str, float]]] = {}
+    for record in records:
+        by_trial.setdefault(record[0], []).append(record)
+    added: list[tuple[int, int, int, str, float]] = []
+    for number in sorted(resumed):  # a chain in order: an adopted history is there for the next retry
+        of, at = resumed[number]
+        for seed, upto in at.items():
+            start = first.get((number, seed))
+            if start is not None and start <= upto:
+                continue  # the retry has its history
+            rows = [(number, s, i, m, v) for (_, s, i, m, v) in by_trial.get(of, []) if s == seed and i <= upto]
+            added.extend(rows)
+            by_trial.setdefault(number, []).extend(rows)
+    return added + records  # before the retry's own lines: where both have an iteration, its own wins
+
+
 # ---------------------------------------------------------------------------------- trials frame
 _OPTUNA_ATTRS = ("number", "value", "datetime_start", "datetime_complete", "duration", "params", "state")
 
 
 def trials_frame(
-    study: optuna.Study, metrics: pd.DataFrame, flags: dict | None = None, dirs: dict[int, Path | None] | None = None
+    study: optuna.Study,
+    metrics: pd.DataFrame,
+    flags: dict | None = None,
+    dirs: dict[int, Path | None] | None = None,
+    disk: DiskReport | None = None,
 ) -> pd.DataFrame:
     """One row per trial: Optuna's trials dataframe (number, value(s), params_*, state, times) plus
 
@@ -246,7 +297,12 @@ def trials_frame(
     ``wall_s``, ``cpu_s``, ``npu_s``, ``compute_s`` (NPU-seconds where the trial held NPUs, else
     CPU-seconds, else wall seconds), ``last_iteration``, ``failure_reason``, ``pruned_reason``,
     ``node``, ``devices``, ``attempt``, ``retry_of``, ``overrides`` (space-separated),
-    ``trial_dir`` and ``flags`` (comma-separated diagnostics).
+    ``trial_dir`` and ``flags`` (comma-separated diagnostics); the retry chain (``grpo.report.chains``):
+    ``logical_trial`` (the chain's first attempt; the trial itself outside a chain), ``superseded_by``
+    (the retry that continued a failed attempt), ``resumed_from`` and ``resumed_at_iteration`` (the
+    attempt a retry resumed and the lowest checkpoint iteration its seeds resumed at); the disk its folder
+    takes (``grpo.report.disk``): ``disk_bytes``, ``checkpoint_bytes`` (NaN: no folder, or not measured)
+    and ``disk_partial`` (part of the folder could not be read: a lower bound).
     """
     snap = snapshot(study)
     trials = snap.get_trials(deepcopy=False)
@@ -273,8 +329,22 @@ def trials_frame(
         columns=_EXTRA_COLUMNS + spread_columns(snap),
     )
     extras["throughput"] = [throughput.get(t.number) for t in trials]
+    chains = retry_chains(trials)
+    extras["logical_trial"] = [chains.root.get(t.number, t.number) for t in trials]
+    extras["superseded_by"] = [chains.successor.get(t.number) for t in trials]
+    resumed = [resumed_at(t) if t.user_attrs.get("resume_from") else {} for t in trials]
+    extras["resumed_from"] = [
+        _int_or_none(t.user_attrs.get("retry_of")) if r else None for t, r in zip(trials, resumed, strict=True)
+    ]
+    extras["resumed_at_iteration"] = [min(r.values()) if r else None for r in resumed]
+    disk = trial_usage(dirs) if disk is None else disk
+    usage = [disk.usage.get(t.number) for t in trials]
+    extras["disk_bytes"] = [u.total if u is not None else None for u in usage]
+    extras["checkpoint_bytes"] = [u.checkpoints if u is not None else None for u in usage]
+    extras["disk_partial"] = [u is not None and not u.complete for u in usage]
     frame = pd.concat([optuna_frame.reset_index(drop=True), extras.reset_index(drop=True)], axis=1)
-    numeric = ("duration_s", "wall_s", "cpu_s", "npu_s", "compute_s", "last_iteration", "throughput")
+    numeric: tuple[str, ...] = ("duration_s", "wall_s", "cpu_s", "npu_s", "compute_s", "last_iteration", "throughput")
+    numeric += ("superseded_by", "resumed_from", "resumed_at_iteration", "disk_bytes", "checkpoint_bytes")
     for col in (*numeric, *spread_columns(snap)):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
     frame["number"] = frame["number"].astype("int64")

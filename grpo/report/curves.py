@@ -47,6 +47,7 @@ from grpo.report._figure import (
 )
 from grpo.report._snapshot import StudySnapshot, snapshot
 from grpo.report.best import ranked
+from grpo.report.chains import resumed_at, retry_chains
 from grpo.report.collect import Frames, study_objectives
 from grpo.report.slices import params_text
 
@@ -86,6 +87,10 @@ def curve_trials(
     (60 %), the running ones, then an even spread of pruned and failed trials."""
     snap = snapshot(study)
     trials = [t for t in snap.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
+    chains, by_number = retry_chains(trials), {t.number: t for t in trials}
+    # A retry that resumed holds its attempt's curve up to the checkpoint: draw the chain once, as the retry.
+    superseded = {n for n, after in chains.successor.items() if after in by_number and resumed_at(by_number[after])}
+    trials = [t for t in trials if t.number not in superseded]
     if len(trials) <= cap:
         return trials
     top = ranked(snap)[: int(cap * 0.6)]

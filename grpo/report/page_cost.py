@@ -1,7 +1,8 @@
 """Cost and reproduce: two sections of the report page.
 
-``cost`` sums the study's device-seconds by kind and tabulates the best trials' value, device-seconds,
-wall time and throughput (``e2e_tps`` where the backend reports it) with pandas' Styler; the figures
+``cost`` sums the study's device-seconds by kind and the disk its trial folders take (checkpoints apart,
+``grpo.report.disk``), and tabulates the best trials' value, device-seconds, wall time, throughput
+(``e2e_tps`` where the backend reports it) and disk with pandas' Styler; the figures
 are ``grpo.report.cost``'s. ``reproduce`` gives the exact command that reruns the winner on its exported
 config (``grpo.report.reproduce``), that config, and the environment the study ran in (package
 versions, the project's commit) from the study's ``environment`` attr.
@@ -15,11 +16,12 @@ from typing import Any
 
 import pandas as pd
 
-from grpo.report._fmt import count, duration, escape, hours, num
+from grpo.report._fmt import count, duration, escape, hours, num, plural
 from grpo.report._snapshot import StudySnapshot
 from grpo.report.best import ranked
 from grpo.report.collect import Frames, study_objectives, value_columns
 from grpo.report.decision import Decision
+from grpo.report.disk import size_text
 from grpo.report.reproduce import commands, environment
 
 COST_ROWS = 10
@@ -46,7 +48,36 @@ def cost_facts(frames: Frames, decision: Decision) -> str:
         if len(tps)
         else "No trial reported its throughput (e2e_tps)."
     )
-    return f"<p>Device time in all: {escape('; '.join(parts))}.</p><p>{escape(throughput)}</p>"
+    return f"<p>Device time in all: {escape('; '.join(parts))}.</p><p>{escape(throughput)}</p>" + disk_facts(frames)
+
+
+def disk_facts(frames: Frames) -> str:
+    """What the trial folders take on disk, in all and in checkpoints (``grpo.report.disk``), as HTML."""
+    trials = frames.trials
+    if "disk_bytes" not in trials or trials.empty:
+        return ""
+    known = trials[trials["disk_bytes"].notna()]
+    unknown = len(trials) - len(known)
+    if known.empty:
+        return '<p class="note">Disk used: unknown (no trial folder found).</p>'
+    total, ckpt = float(known["disk_bytes"].sum()), float(known["checkpoint_bytes"].fillna(0).sum())
+    partial = bool(known["disk_partial"].any())  # a folder that could not be read in full: a lower bound
+    text = f"Disk used by {plural(len(known), 'trial folder')}: {'at least ' if partial else ''}{size_text(total)}"
+    text += f", {size_text(ckpt)} of it checkpoints" if ckpt > 0 else ", no checkpoints"
+    superseded = known[known["superseded_by"].notna()] if "superseded_by" in known else known.iloc[0:0]
+    held = float(superseded["checkpoint_bytes"].fillna(0).sum())
+    if held > 0:
+        text += (
+            f" ({size_text(held)} in {plural(len(superseded), 'attempt')} a retry superseded: a retry resumes "
+            "from them, then saves its own)"
+        )
+    text += "."
+    stopped = frames.disk.stopped if frames.disk is not None else None
+    if stopped:
+        text += f" {plural(frames.disk.skipped if frames.disk else 0, 'trial folder')} not measured ({stopped})."
+    if unknown:
+        text += f" {plural(unknown, 'trial')} without a folder or not measured: unknown, not counted."
+    return f'<p class="disk">{escape(text)}</p>'
 
 
 def cost_table(snap: StudySnapshot, frames: Frames, decision: Decision) -> str:
@@ -67,6 +98,12 @@ def cost_table(snap: StudySnapshot, frames: Frames, decision: Decision) -> str:
             "device-seconds": rows["compute_s"].to_numpy(),
             "wall time": rows["wall_s"].map(_text_duration).to_numpy(),
             "tokens/s": rows["throughput"].to_numpy(),
+            "disk": [
+                ("at least " if bool(p) else "") + size_text(b)
+                for b, p in zip(rows["disk_bytes"], rows["disk_partial"], strict=True)
+            ]
+            if "disk_bytes" in rows
+            else [""] * len(order),
         }
     )
     styler = (

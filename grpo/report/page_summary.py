@@ -1,10 +1,12 @@
 """The top of the report page: the study's facts, then the decision (the winner, how sure, what it cost).
 
 ``header`` lists the study (spec, base config and overrides, objectives, sampler, pruner, backend, seeds,
-trials by state, time span). ``decision`` answers "which settings, how sure": the winner with its value
-and interval over seeds, the runner-up with its own, whether a paired test over their shared seeds can
-tell them apart (``grpo.report.stats``), and the compute it took to find the winner (device-hours and
-wall time up to it, and in all). For several objectives: the Pareto front, the chosen trade-off first.
+trials by state, time span); a retried trial counts once, in the state of its last run (the attempts its
+retries superseded are Optuna FAIL records, not trials: ``chains.logical_trials``). ``decision``
+answers "which settings, how sure": the winner with its value and interval over seeds, the runner-up with
+its own, whether a paired test over their shared seeds can tell them apart (``grpo.report.stats``), and
+the compute it took to find the winner (device-hours and wall time up to it, and in all). For several
+objectives: the Pareto front, the chosen trade-off first.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from optuna.trial import FrozenTrial
 from grpo.report import stats
 from grpo.report._fmt import duration, escape, fmt, hours, num, plural, trial_link
 from grpo.report._snapshot import StudySnapshot
+from grpo.report.chains import logical_trials, retry_chains
 from grpo.report.collect import Frames, study_objectives
 from grpo.report.decision import Compute, Decision
 
@@ -35,12 +38,24 @@ def _component_line(value: Any) -> str:
 def header(snap: StudySnapshot, frames: Frames, spec_path: str | None, decision: Decision) -> str:
     attrs = snap.user_attrs
     spec: dict[str, Any] = attrs["spec"] if isinstance(attrs.get("spec"), dict) else {}
-    counts = collections.Counter(t.state.name for t in snap.get_trials(deepcopy=False))
+    chains = retry_chains(snap.get_trials(deepcopy=False))
+    logical = logical_trials(snap.get_trials(deepcopy=False), chains)
+    counts = collections.Counter(t.state.name for t in logical)
     states = [s for s in STATE_ORDER if counts.get(s)] + sorted(set(counts) - set(STATE_ORDER))
     count_html = (
         ", ".join(f'<span class="state {escape(s)}">{counts[s]} {escape(s.lower())}</span>' for s in states)
         or "no trials yet"
     )
+    trials_html = f"{len(frames.trials)} ({count_html})"
+    if len(logical) != len(frames.trials):  # retried attempts (and retries that never ran) are not trials
+        superseded = len(chains.successor)
+        one = superseded == 1
+        trials_html = (
+            f"{len(logical)} ({count_html}) in {len(frames.trials)} Optuna trials: "
+            f"{plural(superseded, 'failed attempt')} continued by {'its retry' if one else 'their retries'}"
+            f" (Optuna keeps {'its FAIL record' if one else 'their FAIL records'}; the trials table lists each "
+            "retried trial's runs together)"
+        )
     objective_html = "; ".join(
         escape(f"{g.direction} {g.metric}" + (f" (reduce: {g.reduce})" if g.reduce else ""))
         for g in study_objectives(snap)
@@ -64,7 +79,7 @@ def header(snap: StudySnapshot, frames: Frames, spec_path: str | None, decision:
         ("Pruner", escape(_component_line(spec.get("pruner") or attrs.get("pruner")))),
         ("Backend", escape(str(attrs.get("backend") or spec.get("backend") or "-"))),
         ("Seeds", escape(seeds_text)),
-        ("Trials", f"{len(frames.trials)} ({count_html})"),
+        ("Trials", trials_html),
         ("Time span", escape(_span(snap, decision.compute))),
         (
             "Report written",

@@ -5,6 +5,11 @@ the page's JS; cells whose text does not sort (durations) carry their number in 
 ``MAX_DETAIL_ALL`` trials only the best, the failed and the running trials get a detail section: each
 trial's config diff against the base config (the study's ``base_config`` attr; an older study's first
 trial config, and the page says so), its per-seed values and flags, and for failures the last log lines.
+
+A retried trial reads as one logical trial: its attempts (``grpo.report.chains``) sit together, the last
+one first and the superseded FAIL records under it, and the "retry chain" column says which run of which
+trial each is, where a retry resumed and what superseded an attempt. The "disk" column is what each trial
+folder takes (``grpo.report.disk``; empty: no folder, or not measured).
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from grpo.report._fmt import fmt as _fmt
 from grpo.report._fmt import num as _num
 from grpo.report._snapshot import StudySnapshot
 from grpo.report.best import pareto_front, ranked
+from grpo.report.chains import Chains, chain_text, logical_trials, resume_text, retry_chains
 from grpo.report.collect import Frames, spread_columns, study_objectives, trial_dir, value_columns
+from grpo.report.disk import size_text
 
 MAX_DETAIL_ALL = 100  # up to this many trials, every trial gets a detail section
 MAX_DETAIL_BEST = 50
@@ -43,6 +50,9 @@ def table(snap: StudySnapshot, frames: Frames, detail: set[int]) -> str:
     trials = frames.trials
     if trials.empty:
         return '<section id="trials"><h2>Trials</h2><p class="note">No trials yet.</p></section>'
+    chains = retry_chains(snap.get_trials(deepcopy=False))
+    if chains.runs:  # each chain together, at its first attempt's place: the last run first, then the earlier
+        trials = trials.iloc[_chain_order(trials["number"].tolist(), chains)].reset_index(drop=True)
     names = [g.metric for g in study_objectives(snap)]
     params = [c for c in trials.columns if c.startswith("params_")]
     reason = trials["failure_reason"].where(trials["failure_reason"].map(_is_text), trials["pruned_reason"])
@@ -65,6 +75,13 @@ def table(snap: StudySnapshot, frames: Frames, detail: set[int]) -> str:
         columns.insert(2, ("confirms", trials["confirmation_of"], lambda n: f"#{int(n)}" if n == n else ""))
     if trials["throughput"].notna().any():
         columns.insert(len(columns) - 1, ("tokens/s", trials["throughput"], lambda v: _num(v, 4)))
+    if "disk_bytes" in trials and trials["disk_bytes"].notna().any():
+        disk = list(zip(trials["disk_bytes"], trials["disk_partial"], strict=True))
+        columns.insert(len(columns) - 1, ("disk", pd.Series(disk, dtype=object), _sortable_size))
+    if chains.runs:
+        by_number = {t.number: t for t in snap.get_trials(deepcopy=False)}
+        texts = [chain_text(n, chains, by_number) for n in trials["number"].tolist()]
+        columns.insert(1, ("retry chain", pd.Series(texts, dtype=object), str))
     # Each cell is escaped and formatted here, once, not by ``Styler.format``: a formatter per cell makes
     # ``Styler.to_html`` deep-copy 170,000 of them for a 10,000-trial table (a second of CPU).
     shown = pd.DataFrame(
@@ -78,13 +95,44 @@ def table(snap: StudySnapshot, frames: Frames, detail: set[int]) -> str:
     # Styler indents its markup; without the whitespace a 10,000-trial table is a third smaller.
     table = _BETWEEN_TAGS.sub("><", table).replace("<td >", "<td>").replace("<th >", "<th>")
     table = table.replace("<table>", '<table class="sortable trials">', 1)
+    count = f"{len(trials)} trials"
+    if chains.runs:
+        logical = len(logical_trials(snap.get_trials(deepcopy=False), chains))
+        count = (
+            f"{logical} logical trials in {len(trials)} Optuna trials: a retry continues the attempt it retries "
+            "(Optuna keeps the attempt's FAIL record), and each retried trial's runs are listed together, its last "
+            "run first"
+        )
     return (
-        f'<section id="trials"><h2>Trials</h2><p>{len(trials)} trials; click a column header to sort.</p>'
+        f'<section id="trials"><h2>Trials</h2><p>{escape(count)}; click a column header to sort.</p>'
         f'<div class="scroll">{table}</div></section>'
     )
 
 
 _BETWEEN_TAGS = re.compile(r">\s+<")
+
+
+# ------------------------------------------------------------------------------------- retry chains
+def _chain_order(numbers: list[int], chains: Chains) -> list[int]:
+    """Row positions: by logical trial (its first attempt's number), its last run first, then the earlier
+    ones, newest first; trials outside a chain stay where they are."""
+    position = {n: i for i, n in enumerate(numbers)}
+
+    def key(n: int) -> tuple[int, int, int]:
+        root = chains.root.get(n)
+        if root is None:
+            return (position[n], 0, 0)
+        return (position.get(root, position[n]), 1 if n != chains.runs[root][-1] else 0, -n)
+
+    return sorted(range(len(numbers)), key=lambda i: key(numbers[i]))
+
+
+def _sortable_size(cell: tuple[Any, Any]) -> str:
+    """A trial folder's size, ``&ge;`` when part of it could not be read; its bytes for the sort code."""
+    value, partial = cell
+    if not isinstance(value, (int, float)) or value != value:
+        return ""
+    return f'<span data-sort="{int(value)}">{"&ge; " if bool(partial) else ""}{size_text(value)}</span>'
 
 
 def _first_interval(text: Any) -> str | None:
@@ -252,6 +300,7 @@ def details(
         f"{MAX_DETAIL_FAILED} most recent failures and the running trials.</p>"
     )
     parts = [f'<section id="details"><h2>Trial details</h2>{intro}']
+    chains = retry_chains(snap.get_trials(deepcopy=False))
     for number in numbers:
         trial = by_number[number]
         row = rows.loc[number]
@@ -280,6 +329,9 @@ def details(
             value = row.get(key)
             if value is not None and not (isinstance(value, float) and math.isnan(value)) and value != "":
                 facts.append((label, escape(_cell(value))))
+        facts += _chain_facts(number, chains, by_number, set(numbers))
+        if isinstance(row.get("disk_bytes"), float) and math.isfinite(row["disk_bytes"]):
+            facts.append(("disk", escape(disk_text(row))))
         for flag in frames.flags.get(number, []):
             facts.append(("flag", f"<b>{escape(flag.name)}</b>: {escape(flag.detail)}"))
         if trial.params:
@@ -317,6 +369,34 @@ def details(
         )
     parts.append("</section>")
     return "".join(parts)
+
+
+def _chain_facts(
+    number: int, chains: Chains, by_number: dict[int, FrozenTrial], detail: set[int]
+) -> list[tuple[str, str]]:
+    """A chain member's facts: the whole chain (each run linked, with its state) and where it resumed."""
+    root = chains.root.get(number)
+    if root is None:
+        return []
+    runs = chains.runs[root]
+    links = " &rarr; ".join(
+        (f'<a href="#trial-{n}">#{n}</a>' if n in detail and n != number else f"#{n}")
+        + f" ({escape(by_number[n].state.name.lower())})"
+        for n in runs
+    )
+    facts = [("retry chain", f"{escape(chain_text(number, chains, by_number))}: {links}")]
+    if number in chains.successor and runs.index(number) > 0:  # the last run's chain text says it already
+        facts.append(("resumed", escape(resume_text(by_number[number]))))
+    return facts
+
+
+def disk_text(row: Any) -> str:
+    """``117 kB (49 kB checkpoints)``, ``at least ...`` where part of the folder could not be read."""
+    total, ckpt = row.get("disk_bytes"), row.get("checkpoint_bytes")
+    text = size_text(total)
+    if isinstance(ckpt, float) and math.isfinite(ckpt) and ckpt > 0:
+        text += f" ({size_text(ckpt)} checkpoints)"
+    return ("at least " + text) if bool(row.get("disk_partial")) else text
 
 
 # ---------------------------------------------------------------------------------------- templates

@@ -21,27 +21,27 @@ Curve = Sequence[tuple[int, float]]  # (iteration, value), iterations ascending
 
 
 def collapse_reason(rule: CollapseRule, curves: Sequence[Curve], step: int, train_iters: int) -> str | None:
-    """Why the rule stops the trial at ``step`` (the iteration every seed has reached), or None.
+    """Why the rule stops the trial by ``step`` (the iteration every seed has reached), or None.
 
-    ``curves``: each seed's ``rule.metric`` curve. None while a seed has no base value (iteration 0) or no
-    evaluation after it, or the seeds' latest evaluations are at different iterations.
+    ``curves``: each seed's ``rule.metric`` curve. The first evaluation after iteration 0 that every seed
+    has made and whose mean is more than ``below_base`` under the mean base decides (the driver may see
+    several evaluations at once on a busy machine; the reason names the first). None while a seed has no
+    base value (iteration 0).
     """
-    base, now, at = [], [], set()
+    base: list[float] = []
+    by_seed: list[dict[int, float]] = []
     for points in curves:
         if not points or points[0][0] != 0:
             return None
-        seen = points[: bisect_right(points, step, key=lambda p: p[0])]
-        if len(seen) < 2:
-            return None
         base.append(points[0][1])
-        now.append(seen[-1][1])
-        at.add(seen[-1][0])
-    if len(at) != 1:
-        return None
-    base_mean, now_mean = statistics.fmean(base), statistics.fmean(now)
-    if now_mean >= base_mean - rule.below_base:
-        return None
-    return (
-        f"pruned by the collapse rule at iteration {at.pop()} of {train_iters}: {rule.metric} {now_mean:.4g} "
-        f"is more than {rule.below_base:g} below the base policy's {base_mean:.4g}"
-    )
+        by_seed.append(dict(points[1 : bisect_right(points, step, key=lambda p: p[0])]))
+    common = set.intersection(*(set(seen) for seen in by_seed)) if by_seed else set()
+    base_mean = statistics.fmean(base) if base else 0.0
+    for iteration in sorted(common):
+        now_mean = statistics.fmean(seen[iteration] for seen in by_seed)
+        if now_mean < base_mean - rule.below_base:
+            return (
+                f"pruned by the collapse rule at iteration {iteration} of {train_iters}: {rule.metric} "
+                f"{now_mean:.4g} is more than {rule.below_base:g} below the base policy's {base_mean:.4g}"
+            )
+    return None

@@ -19,6 +19,7 @@ from rich.table import Table
 from grpo._fs import atomic_write_text
 from grpo.errors import UserError
 from grpo.report.best import is_repeat
+from grpo.report.chains import chain_text, is_placeholder, retry_chains
 from grpo.report.stats import Interval, trial_interval
 from grpo.sweep.space import format_params
 from grpo.sweep.spec import SweepSpec
@@ -165,9 +166,10 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
 
 def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
     rows = []
-    for t in study.get_trials(deepcopy=False):
-        if is_repeat(t):  # the sampler's record of a point that already ran, not a result
-            continue
+    trials = [t for t in study.get_trials(deepcopy=False) if not is_repeat(t)]
+    chains = retry_chains(trials)  # an attempt and the retries that continued it: one logical trial
+    by_number = {t.number: t for t in trials}
+    for t in trials:  # repeats left out: the sampler's record of a point that already ran, not a result
         seeds = t.user_attrs.get("seeds")
         rows.append(
             {
@@ -181,6 +183,10 @@ def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
                 "params": t.params,
                 "attempt": t.user_attrs.get("attempt", 1),
                 "retry_of": t.user_attrs.get("retry_of"),  # the chain of one logical trial: #3 <- #5 <- #8
+                # the chain's first attempt (None: a retry that never ran, queued again)
+                "logical_trial": None if is_placeholder(t) else chains.root.get(t.number, t.number),
+                "superseded_by": chains.successor.get(t.number),  # the retry that continued this attempt
+                "chain": chain_text(t.number, chains, by_number) or None,  # "run 2 of trial #3, resumed at ..."
                 "last_step": t.last_step,
                 "wall_s": t.user_attrs.get("wall_s"),
                 "reason": t.user_attrs.get("failure_reason") or t.user_attrs.get("pruned_reason"),
@@ -207,12 +213,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         reason = (r["reason"] or "")[:80]
         last = str(r["last_step"] or "")
         retry_of = "" if r["retry_of"] is None else f"#{r['retry_of']}"
+        state = r["state"] if r["superseded_by"] is None else f"{r['state']} -> #{r['superseded_by']}"
         confirms = "" if r["confirmation_of"] is None else f"#{r['confirmation_of']}"
         seeds = "" if r["seeds"] is None else str(r["seeds"])
         params = format_params(r["params"])
-        table.add_row(str(r["number"]), retry_of, confirms, r["state"], value, seeds, params, last, wall, reason)
+        table.add_row(str(r["number"]), retry_of, confirms, state, value, seeds, params, last, wall, reason)
+    if chains_note := _chains_note(rows):
+        table.caption = chains_note
     Console().print(table)
     return 0
+
+
+def _chains_note(rows: list[dict[str, Any]]) -> str | None:
+    """The table's caption when some trial was retried: how many logical trials the rows are."""
+    superseded = sum(1 for r in rows if r["superseded_by"] is not None)
+    if not superseded:
+        return None
+    logical = len({r["logical_trial"] for r in rows} - {None})
+    return (
+        f"{logical} logical trials: 'FAIL -> #n' is an attempt that its retry #n continued (from the attempt's "
+        "checkpoint where it had one); Optuna keeps the attempt's FAIL record"
+    )
 
 
 def cmd_best(args: argparse.Namespace) -> int:

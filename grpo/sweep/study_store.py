@@ -133,13 +133,21 @@ def check_storage(spec: SweepSpec) -> None:
             if problem:
                 raise UserError(problem)
             return
+    _has_optuna_tables(spec)
+
+
+def _has_optuna_tables(spec: SweepSpec) -> bool:
+    """Whether the study's database holds Optuna's tables (tried once, with a short timeout); a one-line
+    UserError when it cannot be reached. Creates nothing."""
+    url = spec.storage_url()
+    where = f"{spec.source}: storage: {spec.storage_label()}"
     try:
         import sqlalchemy
 
         engine = sqlalchemy.create_engine(url, **_connect_args(url))
         try:
-            with engine.connect():
-                pass
+            with engine.connect() as connection:
+                return sqlalchemy.inspect(connection).has_table("version_info")
         finally:
             engine.dispose()
     except ImportError as err:
@@ -163,13 +171,15 @@ def _connect_args(url: str) -> dict[str, Any]:
 
 def _rdb_storage(url: str, **rdb_kwargs: Any) -> BaseStorage:
     """``RDBStorage(url)``. Two drivers starting at once on a fresh database race to create Optuna's tables
-    (a unique-key error from PostgreSQL for one of them): the loser retries after a short pause."""
+    (a unique-key error from PostgreSQL for one of them, or a table the other is still creating that does not
+    exist yet): the loser retries after a short pause."""
+    races = ("unique constraint", "already exists", "UndefinedTable")  # UndefinedTable: psycopg's "relation ..."
     for attempt in range(5):
         try:
             return optuna.storages.RDBStorage(url, **rdb_kwargs)
         except Exception as err:
             text = f"{err} {err.__cause__ or ''}"
-            if attempt == 4 or not ("unique constraint" in text or "already exists" in text):
+            if attempt == 4 or not any(race in text for race in races):
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
@@ -223,6 +233,8 @@ def find_study(spec: SweepSpec) -> optuna.Study | None:
                 raise UserError(f"{spec.source}: storage: {spec.storage_label()}: is a folder; name a file in it")
             if not path.is_file():
                 return None
+    if not url.startswith(("journal:", "sqlite:///")) and not _has_optuna_tables(spec):
+        return None  # a database no study was run in yet (RDBStorage would fail on the missing version table)
     try:
         storage = make_storage(spec, **({} if url.startswith("journal:") else {"skip_table_creation": True}))
         names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
