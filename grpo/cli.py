@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from grpo.errors import StudyStopped, UserError, did_you_mean
 
-SUBCOMMANDS = ("run", "validate", "status", "best", "report", "export")
+SUBCOMMANDS = ("run", "validate", "status", "best", "report", "export", "dashboard")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("spec")
     exp.add_argument("--format", choices=("csv", "parquet", "json"), default="csv")
     exp.add_argument("--out", help="output folder (default reports/<study>/export)")
+
+    dash = sub.add_parser("dashboard", help="serve the study in optuna-dashboard (Optuna's web UI)")
+    dash.add_argument("spec")
+    dash.add_argument("--host", default="127.0.0.1")
+    dash.add_argument("--port", type=int, default=8080)
     return p
 
 

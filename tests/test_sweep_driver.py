@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
+import time
 
 import pytest
 import ray
@@ -253,6 +255,38 @@ def test_a_full_disk_in_the_driver_stops_the_study_cleanly_and_it_resumes(tmp_pa
     again = _run(tmp_path, monkeypatch, **fields)
     complete = [t for t in again.trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 3 and all(t.user_attrs["attempt"] == 1 for t in complete)
+
+
+def test_optunas_own_tools_open_the_study_by_the_storage_we_print(tmp_path, monkeypatch):
+    # optuna-dashboard (optuna_dashboard/_storage_url.py guess_storage_from_url) and the optuna CLI
+    # (optuna/cli.py _get_storage) read a path that is a file as a journal; our `journal:` spelling they reject.
+    import urllib.request
+
+    from optuna.cli import _get_storage
+    from optuna_dashboard._storage_url import guess_storage_from_url
+
+    from sweep_helpers import start_cli
+
+    _run(tmp_path, monkeypatch, trials=1)
+    spec = load_spec(str(tmp_path / "s.yaml"))
+    assert spec.tool_storage() == spec.storage_url()[len("journal:"):]
+    for storage in (guess_storage_from_url(spec.tool_storage()), _get_storage(spec.tool_storage(), None)):
+        assert [s.study_name for s in storage.get_all_studies()] == ["s"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = start_cli(["dashboard", "s.yaml", "--port", str(port)], cwd=tmp_path)
+    try:
+        deadline, body = time.monotonic() + 60, ""
+        while time.monotonic() < deadline and '"study_name": "s"' not in body:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2).read().decode()
+            except OSError:
+                time.sleep(0.5)
+        assert '"study_name": "s"' in body
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_new_study_refuses_the_trial_folders_of_an_earlier_one(tmp_path, monkeypatch):

@@ -202,7 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"study": spec.study, "trials": rows}, default=str, indent=2))
         return 0
-    table = Table(title=f"{spec.study} ({spec.storage_label()})")
+    table = Table(title=f"{spec.study} ({spec.tool_storage()})")
     for col in ("#", "retry of", "confirms", "state", "value [95% CI]", "seeds", "params", "iter", "wall s", "reason"):
         table.add_column(col)
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -302,6 +302,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else report_dir(spec) / "export"
     for path in export(study, args.format, out):
         print(path)
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """optuna-dashboard on the study's own storage object (our journal lock, our RDB settings); the same as
+    ``optuna-dashboard <tool storage>``, which it prints for reuse."""
+    try:
+        from optuna_dashboard import run_server
+    except ImportError as err:
+        raise UserError(f"dashboard: optuna-dashboard is not installed ({err}); pip install optuna-dashboard") from None
+    from grpo.sweep.study_store import make_storage
+
+    spec = _spec(args)
+    _existing_study(spec)  # a study that was never run: one line, nothing created
+    print(f"optuna-dashboard {spec.tool_storage()} (study {spec.study}) on http://{args.host}:{args.port}/", flush=True)
+    run_server(make_storage(spec), host=args.host, port=args.port)
     return 0
 
 

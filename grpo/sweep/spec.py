@@ -377,6 +377,13 @@ class SweepSpec(_Strict):
         """``storage_url()`` as it may be shown or stored: a password in it is masked."""
         return masked_url(self.storage_url())
 
+    def tool_storage(self) -> str:
+        """The storage as Optuna's own tools take it (``optuna-dashboard X``, ``optuna trials --storage X``): a
+        journal as its file path (they read a path that is a file as a journal; our ``journal:`` prefix is
+        this project's spelling), any other URL as it is, its password masked."""
+        url = self.storage_label()
+        return url[len("journal:") :] if url.startswith("journal:") else url
+
     def storage_url(self) -> str:
         """``storage`` when set, else ``journal:studies/<study>/journal.log`` (an Optuna journal file)."""
         return self.storage or f"journal:{(self.study_dir / 'journal.log').as_posix()}"
