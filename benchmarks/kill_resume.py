@@ -48,8 +48,19 @@ def _spec(folder: Path, storage: str | None) -> Path:
 
 def _cli(spec: Path, folder: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.Popen([sys.executable, "-m", "grpo.cli", "run", str(spec), "--quiet", "--no-report"], cwd=folder,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "grpo.cli", "run", str(spec), "--no-report"], cwd=folder,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+
+
+def _first_start(proc: subprocess.Popen) -> bool:
+    """Read the driver's lines until a trial starts (True) or it exits (False): kills land among running
+    trials, whatever the machine's start-up time (Ray, imports) is."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if " started" in line:
+            return True
+    return False
 
 
 def run(storage_name: str, kills: int, seed: int) -> None:
@@ -72,13 +83,15 @@ def run(storage_name: str, kills: int, seed: int) -> None:
         landed = 0
         for _ in range(kills):
             proc = _cli(spec, folder)
-            time.sleep(rng.uniform(3.0, 8.0))  # Ray starts in ~3 s; trials take ~1 s each
+            _first_start(proc)
+            time.sleep(rng.uniform(0.0, 3.0))  # trials take ~1-2 s each: kills land while trials run and ask
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 landed += 1
             proc.wait()
         final = _cli(spec, folder)
-        code = final.wait()
+        final.communicate()
+        code = final.returncode
         wall = time.perf_counter() - started
         storage = url or optuna.storages.JournalStorage(
             optuna.storages.journal.JournalFileBackend(str(folder / "studies" / "kills" / "journal.log")))
