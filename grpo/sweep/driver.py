@@ -59,10 +59,9 @@ TIMEOUT_KILL_GRACE_S = 30.0
 MAX_INFEASIBLE_IN_A_ROW = 200
 MAX_DUPLICATES_IN_A_ROW = 50
 # Backfill: while the oldest asked trial waits for room, up to LOOKAHEAD asked trials wait behind it and any
-# that fits starts. Once MAX_PASSED_OVER (x concurrency) have started ahead of it, nothing more does until it
-# has: running trials drain until it fits, so a large trial is delayed, never starved.
+# that fits starts. Once `concurrency` trials have started ahead of it, nothing more does until it has:
+# running trials drain until it fits, so a large trial is delayed, never starved.
 LOOKAHEAD = 4
-MAX_PASSED_OVER = 1
 CONSTRAINT = "feasible"  # Optuna constraint key: > 0 means the point broke a config rule
 
 
@@ -395,16 +394,17 @@ class _Driver:
     def _start_one_waiting(self) -> bool:
         """Start the oldest waiting trial that fits now (gang admission: all its seeds at once); True if one did.
 
-        A trial behind the oldest starts only while the oldest has been passed over fewer than
-        ``MAX_PASSED_OVER x concurrency`` times (backfill with a starvation guard).
+        A trial behind the oldest starts only while fewer than ``concurrency`` trials have started ahead of
+        the oldest (backfill with a starvation guard); after that, only the oldest may start.
         """
-        head = self.waiting[0] if self.waiting else None
-        for live in self.waiting:
-            if live is not head and head is not None and head.passed_over >= MAX_PASSED_OVER * self.spec.concurrency:
-                return False
+        if not self.waiting:
+            return False
+        head = self.waiting[0]
+        candidates = self.waiting if head.passed_over < self.spec.concurrency else [head]
+        for live in candidates:
             if self.sched.fits(live.plan.options, count=len(live.plan.jobs)):
                 self.waiting.remove(live)
-                if head is not None and live is not head:
+                if live is not head:
                     head.passed_over += 1
                 self._submit(live)
                 return True
