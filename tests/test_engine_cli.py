@@ -80,3 +80,12 @@ def test_two_job_multirun_on_a_local_ray_cluster(tmp_path, cache):
         overrides = yaml.safe_load((sweep / job / ".hydra" / "overrides.yaml").read_text())
         ratios |= {o for o in overrides if o.startswith(("rl_config.clip_ratio", "++rl_config.clip_ratio"))}
     assert ratios == {"++rl_config.clip_ratio=0.1", "++rl_config.clip_ratio=0.3"}
+
+
+@pytest.mark.parametrize("flag", ["--help", "--cfg job"])
+def test_printing_into_a_closed_pipe_is_quiet(flag):
+    # `| true` exits before grpo-train writes: the output meets a closed pipe every time. Hydra catches errors
+    # raised while it prints (run_and_report) and prints their traceback; a closed pipe must end it quietly.
+    piped = subprocess.run(f"{sys.executable} -m grpo.engine.cli {flag} | true", shell=True, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert piped.stderr == "", piped.stderr

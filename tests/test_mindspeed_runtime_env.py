@@ -7,6 +7,7 @@ rendered trial points ``runtime_env_path`` at its own file (an absolute path, wh
 """
 
 import ast
+import os
 import threading
 
 import pytest
@@ -90,6 +91,19 @@ def test_port_leases_are_exclusive_while_held(tmp_path):
     second.release()
     third.release()
 
+
+
+def test_port_lock_files_are_shared_by_every_user_whatever_the_umask(tmp_path):
+    """Ports belong to the host: a second user's trials must open (and lock) the same files."""
+    folder = tmp_path / "ports"
+    old = os.umask(0o077)  # a strict umask, as on shared hosts
+    try:
+        lease = lease_port_block(folder)
+    finally:
+        os.umask(old)
+    assert folder.stat().st_mode & 0o7777 == 0o1777  # world-writable and sticky, like /tmp
+    assert (folder / "block-000.lock").stat().st_mode & 0o777 == 0o666
+    lease.release()
 
 def test_concurrent_standin_mindspeed_trials_get_their_own_ports_and_env(tmp_path, weights):
     """Two trials at once on one host: each MindSpeed-RL run's ray.init gets another HCCL/LCAL port."""

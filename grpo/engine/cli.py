@@ -24,7 +24,9 @@ validated again by the same schema, so what trains is exactly what was checked.
 from __future__ import annotations
 
 import itertools
+import os
 import shlex
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,6 +275,12 @@ def hydra_argv(argv: list[str]) -> list[str]:
     return [rewritten.get(a, a) for a in argv] + _searchpath_override(args, path)
 
 
+# Hydra flags that print and exit without running a job.
+PRINT_ONLY_FLAGS = frozenset(
+    {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
+)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: precheck, then hand the command line to Hydra."""
     import hydra
@@ -291,7 +299,16 @@ def main(argv: list[str] | None = None) -> None:
             print(f"error: {line}", file=sys.stderr)
         sys.exit(2)
     app = hydra.main(config_path=str(default_config_dir()), config_name=DEFAULT_CONFIG, version_base="1.3")(_task)
-    app()
+    if PRINT_ONLY_FLAGS.intersection(a.split("=")[0] for a in sys.argv[1:]):
+        # Hydra prints (and catches its own errors while printing): a closed pipe ends the process quietly,
+        # as it does `cat`, instead of a traceback from inside Hydra.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        app()
+        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at interpreter exit
+    except BrokenPipeError:  # `grpo-train --help | head`: the reader left; no traceback (as grpo-sweep does)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's recipe: no second error at exit
+        sys.exit(1)
 
 
 if __name__ == "__main__":

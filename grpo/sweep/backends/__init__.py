@@ -44,8 +44,16 @@ def load_backend(spec: SweepSpec) -> TrialBackend:
     cls = backend_class(spec.backend, spec.source)
     try:
         return cls.from_spec(spec)
-    except TypeError as err:  # e.g. a user's backend whose __init__ needs arguments
-        raise UserError(f"{spec.source}: backend: {spec.backend}: cannot be built from the spec ({err})") from None
+    except UserError:
+        raise
+    except Exception as err:
+        # A user's backend failing in its own from_spec/__init__ (or one whose __init__ needs arguments) is
+        # bad input, not our bug; an error in a shipped backend other than a TypeError still surfaces as one.
+        if ":" not in spec.backend and not isinstance(err, TypeError):
+            raise
+        raise UserError(
+            f"{spec.source}: backend: {spec.backend}: cannot be built from the spec ({type(err).__name__}: {err})"
+        ) from None
 
 
 __all__ = ["RayOptions", "ReportFn", "TrialBackend", "TrialFailed", "backend_class", "load_backend"]

@@ -217,8 +217,16 @@ def lease_port_block(directory: Path | None = None) -> PortLease:
     """The lowest port block no other trial on this host holds (``TrialFailed`` when all are taken)."""
     folder = directory or Path(tempfile.gettempdir()) / PORT_LEASE_DIR
     folder.mkdir(parents=True, exist_ok=True)
+    # Ports are the host's, not one user's: every user's trials must see (and lock) the same files, so the
+    # folder is world-writable and sticky like /tmp, and lock files are rw for all, whatever the umask.
+    _chmod_if_owned(folder, 0o1777)
     for block in range(PORT_BLOCKS):
-        fd = os.open(folder / f"block-{block:03d}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        path = folder / f"block-{block:03d}.lock"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+        except PermissionError:  # another user's file we cannot open: treat that block as taken
+            continue
+        _chmod_if_owned(path, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -226,6 +234,15 @@ def lease_port_block(directory: Path | None = None) -> PortLease:
             continue
         return PortLease(block, fd)
     raise TrialFailed(f"no free port block: {PORT_BLOCKS} trials already run on {socket.gethostname()}")
+
+
+def _chmod_if_owned(path: Path, mode: int) -> None:
+    """``chmod`` what this user created (the umask narrowed it); another user's file is left as it is."""
+    try:
+        if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o7777 != mode:
+            path.chmod(mode)
+    except OSError:
+        pass
 
 
 def _shift_port(name: str, value: str, offset: int) -> str:
