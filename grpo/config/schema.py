@@ -559,6 +559,16 @@ class EngineConfig(Section):
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs by a forward pass (MindSpeed-RL) instead of the sampler's own."
     )
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean"] = Field(
+        "token-mean",
+        description=(
+            "How the embedded engine averages the GRPO loss (verl's names). token-mean is MindSpeed-RL's GRPO "
+            "loss: the mean over every response token of the micro batch, each micro batch's loss divided by "
+            "the number of micro batches, as Megatron does (so it depends on micro_batch_size). "
+            "seq-mean-token-mean is the GRPO paper's 1/G sum_i 1/|o_i| sum_t (each response weighs the same), "
+            "the engine's old default."
+        ),
+    )
     keep_checkpoints: int | None = Field(
         None, ge=1, description="Newest checkpoints kept in actor_config.save (null = all); resuming needs the newest."
     )

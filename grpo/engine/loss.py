@@ -12,8 +12,16 @@ Shapes: per-token tensors are (B, R) over the response tokens, ``mask`` is 1 on 
   [-20, 20] and the result to [-10, 10] as MindSpeed-RL does.
 - Policy loss (MindSpeed-RL's ``_compute_grpo_policy_loss``): ratio = exp(logp - old);
   max(-A ratio, -A clip(ratio, 1 - eps, 1 + eps)) + kl_coef * KL - entropy_coeff * entropy.
-  Tokens are averaged within each response, then over responses (the GRPO paper's 1/G sum 1/|o_i| sum_t;
-  the same as MindSpeed-RL with micro_batch_size 1), so the result does not depend on micro batching.
+- Aggregation (``engine.loss_agg_mode``, verl's names). ``token-mean`` (the default) is MindSpeed-RL's GRPO
+  loss (``grpo_actor_loss_func.py``): the masked mean over every response token of the micro batch, each
+  micro batch's loss divided by the mini batch's number of micro batches before backward (Megatron's
+  ``forward_step_calc_loss``), so it depends on how rows are split into micro batches.
+  ``seq-mean-token-mean`` is the GRPO paper's 1/G sum_i 1/|o_i| sum_t over the mini batch (MindSpeed-RL's DAPO
+  loss with ``token_level_loss: false``): it does not depend on micro batching. ``micro_batch_weight`` is
+  the factor of each micro batch's loss for either mode.
+- Statistics, as MindSpeed-RL's GRPO loss returns them per micro batch: ``pg_loss`` = |total loss| (not
+  the surrogate alone), and ``pg_clipfrac``, ``ppo_kl``, ``kl_loss``, ``entropy`` = masked means over the
+  micro batch's tokens whatever the aggregation; the trainer averages them over micro batches.
 - KL control: ``fixed`` keeps init_kl_coef. ``adaptive`` is the PPO controller of Ziegler et al. (2019)
   that verl and MindSpeed-RL define: coef *= 1 + clip(kl / kl_target - 1, -0.2, 0.2) * n_steps / kl_horizon,
   called once per iteration with that iteration's mean KL and n_steps = its number of responses.
@@ -59,9 +67,34 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.T
     raise ValueError(f"unknown kl_penalty {kind!r}; known: {', '.join(KL_KINDS)}")
 
 
-def seq_mean_token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The mean over each response's tokens, shape (B,); the caller averages over responses."""
-    return (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """The mean over every masked-in element (MindSpeed-RL's ``torch_functional.masked_mean``, axis None)."""
+    return (x * mask).sum() / (mask.sum() + eps)
+
+
+def aggregate(x: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """One micro batch's per-token values (B, R) as a scalar: ``token-mean`` or ``seq-mean-token-mean``."""
+    if mode == "token-mean":
+        return masked_mean(x, mask)
+    if mode == "seq-mean-token-mean":
+        return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    raise ValueError(f"unknown loss_agg_mode {mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
+
+
+def micro_batch_weight(mode: str, rows: int, mini_batch_rows: int, n_micro: int) -> float:
+    """The factor of one micro batch's loss before backward, so the mini batch's gradient is the mode's.
+
+    ``token-mean``: 1 / number of micro batches, as Megatron's schedule divides each micro batch's loss
+    (MindSpeed-RL returns (loss, stats), the legacy branch: ``output_tensor /= num_microbatches``).
+    ``seq-mean-token-mean``: rows / mini batch rows, so the result is the mean over all the mini batch's
+    responses even when its last micro batch is short (equal to Megatron's 1 / n_micro when they divide).
+    """
+    if mode == "token-mean":
+        return 1.0 / n_micro
+    return rows / mini_batch_rows
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -72,8 +105,10 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossParts:
-    loss: torch.Tensor  # what backward() sees (summed over responses; the caller divides by their count)
-    pg_loss: torch.Tensor  # the rest are detached per-response sums, for metrics
+    """One micro batch's loss and MindSpeed-RL's statistics of it (detached scalars)."""
+
+    loss: torch.Tensor  # what backward() sees, after the caller multiplies it by micro_batch_weight
+    pg_loss: torch.Tensor  # |loss|: MindSpeed-RL's 'actor/pg_loss'
     pg_clipfrac: torch.Tensor
     ppo_kl: torch.Tensor
     kl_loss: torch.Tensor
@@ -91,11 +126,11 @@ def grpo_loss(
     kl_kind: str = "low_var_kl",
     entropy: torch.Tensor | None = None,
     entropy_coeff: float = 0.0,
+    agg: str = "token-mean",
 ) -> LossParts:
-    """The clipped GRPO objective over one (micro) batch; every part is a sum over its responses.
+    """The clipped GRPO objective of one micro batch, aggregated by ``agg`` (see the module docstring).
 
-    ``advantages`` is (B,) or (B, R). Summing per-response means lets micro batches accumulate exactly:
-    divide the summed loss by the number of responses in the mini batch before ``backward``.
+    ``advantages`` is (B,) or (B, R). The statistics are token means over the micro batch in either mode.
     """
     mask = mask.to(logp.dtype)
     adv = advantages[:, None] if advantages.dim() == 1 else advantages
@@ -103,28 +138,27 @@ def grpo_loss(
     ratio = torch.exp(log_ratio)
     pg1 = -adv * ratio
     pg2 = -adv * torch.clamp(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
-    pg = seq_mean_token_mean(torch.maximum(pg1, pg2), mask)
-    clipfrac = seq_mean_token_mean(torch.gt(pg2, pg1).to(logp.dtype), mask)
-    ppo_kl = seq_mean_token_mean(-log_ratio, mask)
-    total = pg
+    per_token = torch.maximum(pg1, pg2)
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    kl, ent = zero, zero
     if ref_logp is not None:
-        kl = seq_mean_token_mean(kl_penalty(logp, ref_logp, kl_kind), mask)
-        total = total + kl_coef * kl
-    else:
-        kl = torch.zeros_like(pg)
+        kl_tokens = kl_penalty(logp, ref_logp, kl_kind)
+        per_token = per_token + kl_coef * kl_tokens
+        kl = masked_mean(kl_tokens.detach(), mask)
     if entropy is not None:
-        ent = seq_mean_token_mean(entropy, mask)
         if entropy_coeff:
-            total = total - entropy_coeff * ent
-    else:
-        ent = torch.zeros_like(pg)
+            per_token = per_token - entropy_coeff * entropy
+        ent = masked_mean(entropy.detach(), mask)
+    # pg + coef * kl - c * H token by token, then aggregated: by linearity the same as MindSpeed-RL's
+    # masked mean of each term combined afterwards.
+    loss = aggregate(per_token, mask, agg)
     return LossParts(
-        total.sum(),
-        pg.detach().sum(),
-        clipfrac.detach().sum(),
-        ppo_kl.detach().sum(),
-        kl.detach().sum(),
-        ent.detach().sum(),
+        loss,
+        loss.detach().abs(),
+        masked_mean(torch.gt(pg2, pg1).to(logp.dtype), mask).detach(),
+        masked_mean(-log_ratio.detach(), mask),
+        kl,
+        ent,
     )
 
 

@@ -14,10 +14,17 @@ One iteration (MindSpeed-RL's ``grpo_trainer_hybrid``):
    pass before the first optimizer step;
 6. for each of ``epochs``: split the responses (shuffled when ``shuffle_mini_batch``) into mini batches of
    ``mini_batch_size * n_samples_per_prompt`` responses (MindSpeed-RL's rescaling), accumulate gradients
-   over micro batches of ``actor_config.micro_batch_size`` (rows of similar length grouped together and
-   trimmed of padding, which changes no gradient), clip to ``clip_grad``, one AdamW step each;
+   over micro batches of ``actor_config.micro_batch_size`` (each trimmed of the padding its rows share,
+   which changes no gradient; see the loss aggregation below), clip to ``clip_grad``, one AdamW step each;
 7. adapt the KL coefficient, write the metrics line, call the callback, checkpoint every
    ``save_interval`` and at the end.
+
+Loss aggregation (``engine.loss_agg_mode``, see ``loss.py``): ``token-mean`` (MindSpeed-RL's GRPO loss) is a
+token mean per micro batch, each micro batch weighing 1 / the mini batch's micro batches, so which rows share
+a micro batch changes the gradient. There, micro batches are consecutive rows of the mini batch, as
+MindSpeed-RL's ``_split_batches`` (``torch.split``) makes them; our mini batches are themselves taken from
+the (optionally shuffled) response order, not from MindSpeed-RL's dispatch order. ``seq-mean-token-mean``
+does not depend on the split, so its micro batches group rows by length (less padding).
 
 Learning rate (Megatron's schedule, per optimizer step): linear warmup over ``lr_warmup_fraction`` of all
 steps (step s of the warmup uses lr * (s + 1) / warmup, so no step is wasted at lr 0), then constant,
@@ -45,7 +52,13 @@ from grpo.engine import data as data_mod
 from grpo.engine import rewards
 from grpo.engine.check import check_config
 from grpo.engine.hf_checkpoint import check_arch, load_weights, read_model_args
-from grpo.engine.loss import TrainingDiverged, group_norm_advantages, grpo_loss, kl_controller
+from grpo.engine.loss import (
+    TrainingDiverged,
+    group_norm_advantages,
+    grpo_loss,
+    kl_controller,
+    micro_batch_weight,
+)
 from grpo.engine.metrics import MetricsSink, close_logger, run_logger
 from grpo.engine.model import ModelArgs, Qwen2
 from grpo.engine.rollout import Rollout, SamplingParams, generate, response_logprobs
@@ -257,14 +270,22 @@ class Run:
 
     # ------------------------------------------------------------------ one iteration
     @staticmethod
-    def _micro_batches(batch: Rollout, rows: torch.Tensor, micro: int) -> Iterator[tuple[torch.Tensor, Rollout]]:
+    def _micro_batches(
+        batch: Rollout, rows: torch.Tensor, micro: int, by_length: bool = True
+    ) -> Iterator[tuple[torch.Tensor, Rollout]]:
         """Split ``rows`` into micro batches, each trimmed of the padding its rows share.
 
-        Rows are ordered by prompt (so a micro batch holds whole groups, whose shared prompt is computed
-        once), groups by their longest response (so groups of similar length share a micro batch and little
-        padding), rows by length within a group. Ordering only regroups the rows of one mini batch: its
-        gradient is the same sum over its responses.
+        ``by_length``: rows are ordered by prompt (so a micro batch holds whole groups, whose shared prompt
+        is computed once), groups by their longest response (so groups of similar length share a micro batch
+        and little padding), rows by length within a group. That only regroups the rows of one mini batch,
+        which is free where the loss is a sum over responses (no-grad passes, ``seq-mean-token-mean``).
+        Otherwise micro batches are consecutive ``rows``, as MindSpeed-RL splits a mini batch: a
+        ``token-mean`` loss depends on which rows share a micro batch.
         """
+        if not by_length:
+            for m in rows.split(micro):
+                yield m, batch.select(m).trimmed()
+            return
         assert batch.groups is not None  # generate() always sets it
         groups, lengths = batch.groups[rows], batch.response_lengths[rows]
         longest = torch.zeros(int(batch.groups.max()) + 1, dtype=lengths.dtype, device=lengths.device)
@@ -303,14 +324,16 @@ class Run:
         else:  # the sampler's own log-probs: the same policy and temperature, no extra forward pass
             old = batch.logprobs
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        sums: dict[str, float] = defaultdict(float)
+        agg = eng.loss_agg_mode
+        sums: dict[str, float] = defaultdict(float)  # MindSpeed-RL's stats, summed over all micro batches
         count = 0
         norms, lr = [], 0.0
         self.policy.train()
         for epoch, order in enumerate(orders):
             for k, idx in enumerate(order.split(mb)):
                 self.optimizer.zero_grad(set_to_none=True)
-                for m, sub in self._micro_batches(batch, idx, micro):
+                n_micro = math.ceil(len(idx) / micro)
+                for m, sub in self._micro_batches(batch, idx, micro, by_length=agg != "token-mean"):
                     logp, entropy = response_logprobs(
                         self.policy,
                         sub,
@@ -333,13 +356,14 @@ class Run:
                         rl.kl_penalty,
                         entropy,
                         rl.entropy_coeff,
+                        agg,
                     )
                     if not torch.isfinite(parts.loss):
                         raise TrainingDiverged(f"iteration {self.state.iteration + 1}: loss is {parts.loss.item()}")
-                    (parts.loss / len(idx)).backward()
+                    (parts.loss * micro_batch_weight(agg, len(m), len(idx), n_micro)).backward()
                     for name in ("pg_loss", "pg_clipfrac", "ppo_kl", "kl_loss", "entropy"):
                         sums[name] += float(getattr(parts, name))
-                    count += len(m)
+                    count += 1  # MindSpeed-RL logs the plain mean of its micro batches' stats
                 norm = torch.nn.utils.clip_grad_norm_(params, actor.clip_grad if actor.clip_grad > 0 else math.inf)
                 if not torch.isfinite(norm):
                     raise TrainingDiverged(f"iteration {self.state.iteration + 1}: gradient norm is {norm.item()}")
@@ -357,6 +381,8 @@ class Run:
                 self.optimizer.step()
                 self.state.optimizer_steps += 1
         self.policy.eval()
+        # The plain mean over every micro batch of every mini batch and epoch: MindSpeed-RL's update() appends
+        # each micro batch's stats to one list per name, and metrics_post_processing averages those lists.
         out = {f"actor/{k}": v / count for k, v in sums.items()}
         if ref_logp is None:
             out.pop("actor/kl_loss")
