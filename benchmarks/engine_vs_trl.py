@@ -7,7 +7,8 @@ warm-started weights (TRL gets them as a ``transformers.Qwen2ForCausalLM`` saved
 character-level tokenizer (built in code with ``tokenizers``, handed to TRL as a PreTrainedTokenizerFast),
 the same prompts, group size, completion length, sampling, batch, mini batches and epochs, the same rule
 rewards (acc + 0.1 strict_format), KL coefficient and clip ratio, and ``loss_type="grpo"`` (TRL's name for
-the per-response token mean the engine uses). One untimed warm-up iteration each, then ``--iters`` timed.
+the per-response token mean; the engine is run with ``engine.loss_agg_mode=seq-mean-token-mean`` to match, its
+default being MindSpeed-RL's token mean). One untimed warm-up iteration each, then ``--iters`` timed.
 
 An iteration is everything between two rollouts: sampling, rewards, reference/old log-probs and every
 optimizer step. The script prints, for each trainer, generated tokens / iteration wall time, and the split
@@ -144,7 +145,8 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="config overrides, e.g. megatron_training.global_batch_size=16")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    overrides = [f"engine.num_threads={a.threads}", *a.overrides]
+    # The same loss as TRL's loss_type="grpo": the per-response token mean (the engine's default is token-mean).
+    overrides = [f"engine.num_threads={a.threads}", "engine.loss_agg_mode=seq-mean-token-mean", *a.overrides]
     cfg = load_config(CONFIG, overrides)
     mt, rl = cfg.megatron_training, cfg.rl_config
     print(f"config: {mt.global_batch_size} prompts x {rl.n_samples_per_prompt} samples, max "

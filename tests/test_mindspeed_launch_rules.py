@@ -90,6 +90,15 @@ def test_the_backend_check_refuses_them_too(tmp_path):
                                              "+megatron_training.no_pad_to_seq_lengths=true")))
 
 
+
+def test_the_engines_loss_aggregation_switch_is_refused_for_mindspeed(tmp_path):
+    """MindSpeed-RL's GRPO loss has no aggregation switch (grpo_actor_loss_func.py: masked_mean over the micro
+    batch; token_level_loss only switches the DAPO loss): a seq-mean trial would silently run token-mean."""
+    backend = MindSpeedBackend(settings_for(make_weights(tmp_path / "w")))
+    assert not any("loss_agg_mode" in p for p in backend.check(config()))
+    problems = backend.check(config("engine.loss_agg_mode=seq-mean-token-mean"))
+    assert any(": engine.loss_agg_mode: seq-mean-token-mean is the embedded engine's" in p for p in problems)
+
 def test_a_megatron_key_is_read_as_mindspeeds_merge_reads_it():
     """cli/train_grpo.py parse_training_config: MegatronConfig({**megatron_training, **actor_config}, model)."""
     cfg = config("+megatron_training.reset_attention_mask=true", "+actor_config.reset_attention_mask=false")

@@ -541,6 +541,11 @@ class MindSpeedBackend(TrialBackend):
             problems.append(f"{src}: mindspeed.path: not set (the MindSpeed-RL checkout to run cli/train_grpo.py from)")
         problems += check_checkpoint(cfg, settings, src).unnamed
         problems += launch_rule_problems(cfg)
+        if cfg.engine.loss_agg_mode != "token-mean":  # the engine's switch; MindSpeed-RL would ignore it silently
+            problems.append(
+                f"{src}: engine.loss_agg_mode: {cfg.engine.loss_agg_mode} is the embedded engine's; MindSpeed-RL's "
+                "GRPO loss is always the token mean per micro batch (grpo_actor_loss_func.py), so remove it"
+            )
         return problems
 
     def node_problems(self, cfg: GRPOConfig) -> list[str]:
