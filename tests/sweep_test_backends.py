@@ -186,3 +186,31 @@ def _ckpt(run_dir: Path) -> int:
         return int((run_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text())
     except (OSError, ValueError):
         return 0
+
+
+class TensorBoardCurveBackend(SeedCurveBackend):
+    """The SeedCurveBackend curves written the engine's way, through its own ``MetricsSink``: with the tracking
+    keys a sweep sets, each seed run has its TensorBoard run ``trial-N-seedK`` opened by the HParams session start
+    (the trial's parameters) and closed by its session end."""
+
+    def run(self, cfg, trial_dir: Path, report, resume: bool) -> dict:
+        from grpo.engine.metrics import MetricsSink
+
+        iters = int(cfg.megatron_training.train_iters)
+        sink = MetricsSink(trial_dir, cfg, iters)
+        state = "finished"
+        try:
+            for it in range(1, iters + 1):
+                time.sleep(self.delay(cfg))
+                metrics = {"grpo/score/mean": self.value(cfg, it), "e2e_tps": 100.0}
+                sink.write(it, metrics)
+                if report(it, metrics):
+                    state = "stopped"
+                    return {"stopped_early": True}
+        finally:
+            sink.close(state)
+        return {"iterations": iters}
+
+
+class SlowTensorBoardCurveBackend(TensorBoardCurveBackend):
+    delay_s = 0.1

@@ -168,3 +168,25 @@ def test_a_study_and_each_trial_alone_get_the_same_flags():
     fired = {f.name for fl in together.values() for f in fl}
     assert fired == {r.name for r in d.RULES}  # the cases reach every rule
     assert 20 < len(together) < 380  # ...and not every trial breaks one
+
+
+def test_max_tokens_comes_from_the_base_config_and_the_trials_overrides_without_opening_its_file(tmp_path):
+    import optuna
+
+    from grpo.report.diagnostics import max_tokens
+
+    study = optuna.create_study()
+    study.set_user_attr("base_config", {"generate_config": {"sampling_config": {"max_tokens": 32}}})
+
+    def trial(overrides):
+        t = study.ask()
+        t.set_user_attr("overrides", overrides)
+        t.set_user_attr("config_file", {"path": "trials/0/config.yaml", "sha256": "0" * 16})  # no such file
+        t.set_user_attr("trial_dir", str(tmp_path / "trials" / str(t.number)))
+        study.tell(t, 1.0)
+        return study.trials[-1]
+
+    assert max_tokens(trial(["rl_config.clip_ratio=0.2"]), study) == 32
+    assert max_tokens(trial(["generate_config.sampling_config.max_tokens=64"]), study) == 64
+    # A config-group choice may set anything: the trial's own file is read (here missing: unknown).
+    assert max_tokens(trial(["model=qwen25_7b"]), study) is None

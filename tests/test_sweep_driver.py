@@ -14,6 +14,7 @@ import ray
 from optuna.trial import TrialState
 
 from grpo.errors import UserError
+from grpo.report.trial_config import recorded_config
 from grpo.sweep.driver import forked as fork
 from grpo.sweep.driver import run_study
 from grpo.sweep.load import load_spec
@@ -46,7 +47,8 @@ def test_study_completes_trials_with_curve_objectives_in_storage(tmp_path, monke
         curve = [r["grpo/score/mean"] for r in rows]
         expected = sum((a + b) / 2 for a, b in zip(curve, curve[1:])) / (len(curve) - 1)
         assert t.value == pytest.approx(expected, rel=1e-6)
-        assert t.user_attrs["config"]["rl_config"]["clip_ratio"] == pytest.approx(t.params["rl_config.clip_ratio"])
+        config = recorded_config(t, reloaded).config  # the trial folder's config.yaml (issue 16)
+        assert config["rl_config"]["clip_ratio"] == pytest.approx(t.params["rl_config.clip_ratio"])
         assert t.user_attrs["wall_s"] > 0 and t.user_attrs["node"]
         assert t.intermediate_values  # reported per iteration for the pruner
     best = max(reloaded.trials, key=lambda t: t.value)
@@ -284,6 +286,10 @@ def test_optunas_own_tools_open_the_study_by_the_storage_we_print(tmp_path, monk
             except OSError:
                 time.sleep(0.5)
         assert '"study_name": "s"' in body
+        # The values' names (Study.set_metric_names), as the dashboard serves them (optuna_dashboard/
+        # _serializer.py serialize_study_detail: "objective_names" from the study's system attrs).
+        detail = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/0", timeout=10).read())
+        assert detail["objective_names"] == ["grpo/score/mean (last)"]
     finally:
         proc.kill()
         proc.wait()

@@ -33,6 +33,7 @@ def test_four_trial_study_of_the_tiny_engine_completes_prunes_and_reports(tmp_pa
     assert pruned.params["generate_config.sampling_config.temperature"] == 3.0
     assert pruned.last_step < 8 and "pruner" in pruned.user_attrs["pruned_reason"]
     assert len(by_state[TrialState.COMPLETE]) == 3
+    best_number = max(by_state[TrialState.COMPLETE], key=lambda t: t.value).number
     for t in by_state[TrialState.COMPLETE]:
         rows = [json.loads(line) for line in open(Path(t.user_attrs["trial_dir"]) / "metrics.jsonl")]
         assert [r["iteration"] for r in rows] == list(range(1, 9))
@@ -41,6 +42,9 @@ def test_four_trial_study_of_the_tiny_engine_completes_prunes_and_reports(tmp_pa
         auc = sum((a + b) / 2 for a, b in zip(curve, curve[1:])) / (len(curve) - 1)
         assert t.value == pytest.approx(auc, rel=1e-6)
         ckpt = Path(t.user_attrs["trial_dir"]) / "runs" / "seed0" / "ckpt"
+        if t.number != best_number:  # keep_final_checkpoints: best (the default) keeps the best trial's alone
+            assert not ckpt.exists()
+            continue
         assert (ckpt / "latest_checkpointed_iteration.txt").exists()
         assert [p.name for p in ckpt.glob("iter_*")] == ["iter_0000008"]  # keep_checkpoints: 1 (resume needs one)
     assert max(by_state[TrialState.COMPLETE], key=lambda t: t.value).value > pruned.intermediate_values[pruned.last_step]

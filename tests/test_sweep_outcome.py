@@ -86,3 +86,26 @@ def test_seeds_stopped_together_give_the_trial_one_outcome():
     # A seed that ran to its end while its siblings were interrupted: the trial resumes, it did not complete.
     mixed = [SeedEnd(0, None, DONE), SeedEnd(1, None, {"status": "stopped", "stop_reason": "interrupted"})]
     assert isinstance(outcome(seeds=mixed, stop_reason="interrupted", seed_values=[[0.1, 0.2]]), Interrupted)
+
+
+def test_a_retry_that_never_launched_hands_on_the_checkpoint_its_trial_would_have_resumed_from(tmp_path):
+    """A retry still waiting for room when the driver stopped has no checkpoint of its own: the next retry
+    resumes from where it would have (its resume_from), not from its own empty folder."""
+    import optuna
+
+    from grpo.sweep.retry import fail_and_maybe_retry
+    from grpo.sweep.study_store import StudyStore
+
+    study = optuna.create_study()
+    store = StudyStore(study)
+    waiting = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    for key, value in {"trial_dir": str(tmp_path / "trials/5"), "resume_from": str(tmp_path / "trials/2"),
+                       "attempt": 2}.items():  # fmt: skip
+        waiting.set_user_attr(key, value)
+    fail_and_maybe_retry(store, store.frozen(waiting), "not launched", retries=3, count_attempt=False, launched=False)
+    ran = study.ask()
+    assert ran.user_attrs["resume_from"] == str(tmp_path / "trials/2")
+    assert ran.user_attrs["attempt"] == 2  # an interruption charges no attempt
+    ran.set_user_attr("trial_dir", str(tmp_path / "trials/6"))
+    fail_and_maybe_retry(store, store.frozen(ran), "killed", retries=3)  # it ran: its own folder is the latest
+    assert study.ask().user_attrs["resume_from"] == str(tmp_path / "trials/6")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+from grpo.report.trial_config import recorded_config
 from pg_server import postgres_bin, postgres_server
 from sweep_helpers import cli_env, count_lines, load, run_cli, start_cli, states, wait_for, write_spec
 
@@ -49,7 +50,8 @@ def test_sigkilled_driver_resumes_from_checkpoint_without_rerunning_finished_tri
     assert retry.user_attrs["attempt"] == 1  # the driver's death did not use up one of the trial's retries
     resumed_at = retry.user_attrs["resumed_at_iteration"]
     assert list(resumed_at.values())[0] >= 5  # continued from the checkpoint, not from iteration 1
-    assert retry.user_attrs["config"]["actor_config"]["load"].startswith(str(tmp_path / "studies" / "s" / "trials" / "1"))
+    config = recorded_config(retry, study).config  # the trial folder's config.yaml
+    assert config["actor_config"]["load"].startswith(str(tmp_path / "studies" / "s" / "trials" / "1"))
     rows = [json.loads(line) for line in open(Path(retry.user_attrs["trial_dir"]) / "metrics.jsonl")]
     assert [r["iteration"] for r in rows] == list(range(1, 21))
     assert sorted(retry.intermediate_values) == list(range(1, 21))

@@ -53,6 +53,8 @@ import numpy as np
 import optuna
 import pandas as pd
 
+from grpo.report.trial_config import config_path, recorded_config
+
 ENTROPY_COLLAPSE_RATIO = 0.1
 KL_BLOWUP_NATS = 1.0
 KL_GROWTH = 10.0
@@ -412,9 +414,62 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def max_tokens(trial: optuna.trial.FrozenTrial) -> int | None:
-    """``generate_config.sampling_config.max_tokens`` from the trial's ``config`` attr, if recorded."""
-    config = trial.user_attrs.get("config")
+_MAX_TOKENS: dict[tuple[str, int, int], int | None] = {}  # (config file, mtime, size) -> its max_tokens
+
+
+def max_tokens(trial: optuna.trial.FrozenTrial, study: optuna.Study | None = None) -> int | None:
+    """``generate_config.sampling_config.max_tokens`` of the trial's recorded config, if any.
+
+    Read without opening the trial's file when its overrides say it (the study's ``base_config`` is the base
+    with the spec's overrides; a trial's ``overrides`` are those plus its sampled keys): a 10,000-trial report
+    opens no file for it. Else remembered per config file (path, mtime, size): the driver refreshes the report
+    after every trial, and parsing every trial's YAML again each time would grow with the square of the trials."""
+    from_overrides = _max_tokens_from_overrides(trial, study)
+    if from_overrides is not _UNKNOWN:
+        return from_overrides  # type: ignore[return-value]
+    path = config_path(trial, study)
+    key = None
+    if path is not None:
+        try:
+            st = path.stat()
+            key = (str(path), st.st_mtime_ns, st.st_size)
+        except OSError:
+            pass
+        if key in _MAX_TOKENS:
+            return _MAX_TOKENS[key]
+    found = recorded_config(trial, study)
+    value = _max_tokens(found.config if found is not None else None)
+    if key is not None:
+        _MAX_TOKENS[key] = value
+    return value
+
+
+_UNKNOWN = object()
+MAX_TOKENS_KEY = "generate_config.sampling_config.max_tokens"
+
+
+def _max_tokens_from_overrides(trial: optuna.trial.FrozenTrial, study: optuna.Study | None) -> object:
+    """max_tokens from the study's base config and the trial's overrides; ``_UNKNOWN`` when they cannot say
+    (no base config or overrides recorded, or a config-group override, which may set anything)."""
+    overrides = trial.user_attrs.get("overrides")
+    base = study.user_attrs.get("base_config") if study is not None else None
+    if not isinstance(overrides, list) or not isinstance(base, dict):
+        return _UNKNOWN
+    value: object = _max_tokens(base)
+    for override in overrides:
+        key, sep, text = str(override).partition("=")
+        key = key.lstrip("+~")
+        if not sep or "." not in key:  # a group choice (model=..., layout=...): read the trial's own config
+            return _UNKNOWN
+        if key == MAX_TOKENS_KEY:
+            try:
+                value = int(text)
+            except ValueError:
+                return _UNKNOWN
+    return value
+
+
+def _max_tokens(config: dict | None) -> int | None:
     try:
         value = config["generate_config"]["sampling_config"]["max_tokens"]  # type: ignore[index]
     except (KeyError, TypeError):
@@ -468,7 +523,7 @@ def diagnose(study: optuna.Study, metrics: pd.DataFrame) -> dict[int, list[Flag]
     part = metrics[metrics["metric"].isin(wanted)]
     # Mean over seeds: one value per trial, iteration and metric.
     wide = part.groupby(["trial", "iteration", "metric"], sort=True)["value"].mean().unstack("metric")
-    caps = {t.number: max_tokens(t) for t in study.get_trials(deepcopy=False)}
+    caps = {t.number: max_tokens(t, study) for t in study.get_trials(deepcopy=False)}
     return evaluate(wide, names, caps)
 
 

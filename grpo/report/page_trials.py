@@ -34,6 +34,7 @@ from grpo.report.best import pareto_front, ranked
 from grpo.report.chains import Chains, chain_text, logical_trials, resume_text, retry_chains
 from grpo.report.collect import Frames, spread_columns, study_objectives, trial_dir, value_columns
 from grpo.report.disk import size_text
+from grpo.report.trial_config import changed_note, recorded_config
 
 MAX_DETAIL_ALL = 100  # up to this many trials, every trial gets a detail section
 MAX_DETAIL_BEST = 50
@@ -227,10 +228,11 @@ def base_config(snap: StudySnapshot) -> tuple[dict[str, Any] | None, str]:
         label = f"the base config {base}" if base else "the study's base config"
         return recorded, label + (f" with the spec's overrides ({' '.join(overrides)})" if overrides else "")
     why = "the study records no base config; studies made by an older grpo-sweep do not"
-    first = next((t for t in snap.get_trials(deepcopy=False) if isinstance(t.user_attrs.get("config"), dict)), None)
-    if first is None:
-        return None, why
-    return first.user_attrs["config"], f"trial #{first.number}'s config ({why})"
+    for trial in snap.get_trials(deepcopy=False):
+        found = recorded_config(trial, snap)
+        if found is not None:
+            return found.config, f"trial #{trial.number}'s config ({why})"
+    return None, why
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, object]:
@@ -342,9 +344,9 @@ def details(
                 )
             )
         body = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
-        config = trial.user_attrs.get("config")
-        if isinstance(config, dict) and base is not None:
-            diff = config_diff(base, config)
+        found = recorded_config(trial, snap)
+        if found is not None and base is not None:
+            diff = config_diff(base, found.config)
             if diff:
                 trs = "".join(
                     f"<tr><td><code>{escape(k)}</code></td><td>{escape(_fmt(a))}</td><td>{escape(_fmt(b))}</td></tr>"
@@ -353,6 +355,8 @@ def details(
                 diff_html = f'<table class="diff"><tr><th>key</th><th>base</th><th>this trial</th></tr>{trs}</table>'
             else:
                 diff_html = "<p>Same config as the base.</p>"
+            if found.changed:
+                diff_html = f'<p class="note">{escape(changed_note(found, trial))}.</p>' + diff_html
         else:
             diff_html = '<p class="note">No config recorded for this trial.</p>'
         logs = ""

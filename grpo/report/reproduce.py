@@ -1,6 +1,7 @@
 """How to rerun the best trial: its exported config, the exact command, and the environment it ran in.
 
-- ``exported_config(trial, base)``: the trial's resolved config (its ``config`` attr, the first seed's)
+- ``exported_config(trial, base, study)``: the trial's resolved config (the first seed's, as
+  ``grpo.report.trial_config`` reads it back: its folder's ``config.yaml``, or an older study's attr)
   without what belongs to that trial's run, which a new run chooses itself: its checkpoint folder
   (``actor_config.save``), a checkpoint of the trial itself in ``actor_config.load`` (a retry's resume),
   its tracking (W&B run name, group, project, folder, mode; TensorBoard) and how many checkpoints it kept
@@ -34,6 +35,7 @@ import yaml
 from optuna.trial import FrozenTrial
 
 from grpo.report.collect import trial_dir
+from grpo.report.trial_config import changed_note, recorded_config
 
 CONFIG_NAME = "best_config"
 SEED_KEY = "megatron_training.seed"
@@ -103,11 +105,13 @@ def _same_place(value: Any, base_value: Any) -> bool:
     return mine.is_absolute() and not theirs.is_absolute() and bool(tail) and list(mine.parts[-len(tail) :]) == tail
 
 
-def exported_config(trial: FrozenTrial, base: dict[str, Any] | None) -> dict[str, Any] | None:
-    config = trial.user_attrs.get("config")
-    if not isinstance(config, dict):
+def exported_config(
+    trial: FrozenTrial, base: dict[str, Any] | None, study: optuna.Study | None = None
+) -> dict[str, Any] | None:
+    found = recorded_config(trial, study)
+    if found is None:
         return None
-    body = copy.deepcopy(config)
+    body = copy.deepcopy(found.config)
     for key in RUN_KEYS:
         _restore(body, base, key)
     if not _same_place(_get(body, "actor_config.load"), _get(base, "actor_config.load")):
@@ -129,13 +133,15 @@ def config_yaml(
     study: optuna.Study, trial: FrozenTrial, base: dict[str, Any] | None, path: Path | None = None
 ) -> str | None:
     """The exported config as YAML with a header (trial, params, seeds; the command that runs ``path``)."""
-    body = exported_config(trial, base)
+    body = exported_config(trial, base, study)
     if body is None:
         return None
     seeds = trial.user_attrs.get("seeds")
+    found = recorded_config(trial, study)
     header = (
         f"# trial {trial.number} of study {study.study_name}: the best trial of its report\n"
-        f"# params: {json.dumps(trial.params, default=str)}\n"
+        + (f"# warning: {changed_note(found, trial)}\n" if found is not None and found.changed else "")
+        + f"# params: {json.dumps(trial.params, default=str)}\n"
         + (f"# seeds it ran ({SEED_KEY}): {', '.join(map(str, seeds))}\n" if isinstance(seeds, list) else "")
         + (f"# run it: {run_line(path)}\n" if path is not None else "")
     )

@@ -276,11 +276,19 @@ def cmd_best(args: argparse.Namespace) -> int:
         print(json.dumps(shown, indent=2, default=str))
     if out is not None:
         from grpo.report.reproduce import config_yaml, run_line
+        from grpo.report.trial_config import CONFIG_FILE, changed_note, recorded_config
 
         base = study.user_attrs.get("base_config")
         text = config_yaml(study, trial, base if isinstance(base, dict) else None, path=out)
         if text is None:
+            pointer = trial.user_attrs.get(CONFIG_FILE)
+            if isinstance(pointer, dict):
+                where = spec.study_dir / str(pointer.get("path"))
+                raise UserError(f"{spec.path}: trial {trial.number}: its config file {where} is missing or unreadable")
             raise UserError(f"{spec.path}: trial {trial.number} records no config to export")
+        found = recorded_config(trial, study)
+        if found is not None and found.changed:
+            print(f"warning: {changed_note(found, trial)}", file=sys.stderr)
         atomic_write_text(out, text)
         print(f"wrote {out}; run it with: {run_line(out)}", file=sys.stderr)
     return 0

@@ -6,7 +6,8 @@ One loop iteration: reap trials of dead drivers (periodically), fill free slots 
 prune infeasible points at once, submit its seeds together), poll Ray for metrics (persist them, report
 the mean over seeds at the step every seed reached, stop pruned trials) and finished seed jobs (a failed
 seed stops its siblings; when the last seed ends, decide the trial's outcome and record it), beat the
-heartbeat. A finished trial frees its slot at once; there are no batch barriers. The search stops at
+heartbeat. A finished trial frees its slot at once (waiting trials start before it is recorded); there
+are no batch barriers. The search stops at
 ``spec.trials`` trials that count (see ``retry.counts_toward_budget``), counted in storage, so several
 drivers on one study share the budget; then the optional confirmation stage (``confirm:``) reruns the
 best trials on fresh seeds. The parts: ``trial_builder`` (configs and seed jobs), ``outcome`` (what a
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -36,15 +37,18 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo._fs import tail_lines
+from grpo.engine.metrics import add_final_scalars, tensorboard_dir
 from grpo.errors import StudyStopped, UserError
 from grpo.report.best import best_trial, ranked
 from grpo.report.stats import Interval, verdict
+from grpo.report.trial_config import CONFIG_FILE, config_pointer
 from grpo.sweep import lease
 from grpo.sweep.backends import TrialBackend, load_backend
 from grpo.sweep.collapse import collapse_reason
 from grpo.sweep.outcome import Complete, Failed, Interrupted, Outcome, Pruned, SeedEnd, decide
 from grpo.sweep.preflight import preflight
 from grpo.sweep.repeats import answer_repeat
+from grpo.sweep.retention import Retention
 from grpo.sweep.retry import CONFIRMATION_OF, counts_toward_budget, fail_and_maybe_retry, holds_budget, is_confirmation
 from grpo.sweep.samplers import make_pruner, make_sampler
 from grpo.sweep.scheduler import Finished, JobKey, RayScheduler
@@ -52,6 +56,7 @@ from grpo.sweep.space import SearchSpace, format_params
 from grpo.sweep.spec import STUDY_NAME, SweepSpec
 from grpo.sweep.study_store import StudyStore, open_study
 from grpo.sweep.trial_builder import TrialBuilder, TrialPlan, adopted_history
+from grpo.sweep.trial_storage import local_folder, stored_tail, study_location
 from grpo.sweep.worker import Event
 
 POLL_S = 0.05
@@ -278,6 +283,10 @@ class _Driver:
         self.infeasible_in_a_row = self.duplicates_in_a_row = 0
         self.stage_started = False  # this run has enqueued what the confirmation stage lacked
         self.io_error: OSError | None = None  # the driver could not write (storage or trial files)
+        stored = study_location(spec.trial_storage, spec.study) if spec.trial_storage else None
+        # A local trial storage is reached through each trial folder's `runs` link; an object store directly.
+        remote = stored if stored is not None and local_folder(stored) is None else None
+        self.retention = Retention(spec.keep_final_checkpoints, spec.study_dir, stored=remote)
 
     # -- budget ---------------------------------------------------------------------------------------
     def _budget_left(self) -> int:
@@ -305,6 +314,7 @@ class _Driver:
     # -- main loop ------------------------------------------------------------------------------------
     def loop(self) -> None:
         lease.reap(self.store, self.me, self.spec.retries)
+        self._apply_retention()  # a resumed study: what ended before (the reaped trials now wait for a retry)
         cluster = self.spec.cluster
         self.sched = RayScheduler(address=cluster.address, num_cpus=cluster.num_cpus, resources=dict(cluster.resources))
         last_beat = last_reap = time.monotonic()
@@ -329,8 +339,14 @@ class _Driver:
                             break
                         finished, events = self.sched.poll(POLL_S if self.live else 0.01)
                         self._on_events(events)
-                        for fin in finished:
-                            self._on_finished(fin)
+                        ended = [live for live in map(self._on_finished, finished) if live is not None]
+                        if ended and interrupt.count == 0:
+                            # Their room goes to the waiting trials first (no journal write before the start);
+                            # the ended trials are told right after (a crash in between reaps and retries them).
+                            while len(self.live) < self.spec.concurrency and self._start_one_waiting():
+                                pass
+                        for live in ended:
+                            self._finish(live)
                         self._check_timeouts()
                         now = time.monotonic()
                         if now - last_beat > lease.HEARTBEAT_EVERY_S:
@@ -496,18 +512,18 @@ class _Driver:
             return _Skipped(reason)
         trial.set_constraint(CONSTRAINT, 0.0)
         plan.write_files(trial_dir)
-        # Each attr is one journal write (and fsync): start/end times are Optuna's datetime_start/complete.
+        # Written together (one journal append); start/end times are Optuna's datetime_start/complete. The
+        # config stays in the trial folder: the attr points at it (grpo.report.trial_config reads it back).
         attrs: dict[str, Any] = {
             "overrides": plan.overrides,
-            "config": plan.config,
+            CONFIG_FILE: config_pointer(trial_dir / "config.yaml", self.spec.study_dir),
             "seeds": seeds,
             "trial_dir": str(trial_dir),
             "resources": plan.options,
         }
         if "attempt" not in trial.user_attrs:  # a retry carries its attempt from its enqueueing
             attrs["attempt"] = 1
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
+        self.store.set_attrs(trial, attrs)
         live = _Live(trial, number, params, trial_dir, plan, started_wall=time.time(), confirmation_of=confirmation_of)
         if resume_from and plan.resumed:
             start_at, history = adopted_history(resume_from, plan.jobs)
@@ -544,7 +560,7 @@ class _Driver:
         for live in self.waiting:  # asked but never launched: give it back as a retry, no attempt used
             frozen = self.store.frozen(live.trial)
             reason = "not launched before the driver stopped"
-            fail_and_maybe_retry(self.store, frozen, reason, self.spec.retries, count_attempt=False)
+            fail_and_maybe_retry(self.store, frozen, reason, self.spec.retries, count_attempt=False, launched=False)
         self.waiting = []
 
     # -- metrics --------------------------------------------------------------------------------------
@@ -640,11 +656,12 @@ class _Driver:
         return statistics.fmean(known) if known and len(known) == len(values) else None
 
     # -- finishing ------------------------------------------------------------------------------------
-    def _on_finished(self, fin: Finished) -> None:
+    def _on_finished(self, fin: Finished) -> _Live | None:
+        """A seed job ended: the trial, when it was its last (``_finish`` records it), else None."""
         number, index = fin.key
         live = self.live.get(number)
         if live is None:
-            return
+            return None
         result = fin.result or {}
         live.running.discard(index)
         live.results[index] = (time.time(), result)
@@ -657,8 +674,13 @@ class _Driver:
             self._stop(live, "failed")
             self._say(f"trial {number}: seed {seed} failed; stopping its other seeds")
         if live.running:
-            return
+            return None
         del self.live[number]
+        return live
+
+    def _finish(self, live: _Live) -> None:
+        """Record a trial whose seeds all ended: its usage, its outcome (told to Optuna), the callbacks."""
+        number = live.number
         self._record_usage(live)
         outcome = decide(
             seeds=live.ends,
@@ -682,7 +704,7 @@ class _Driver:
 
     def _record_usage(self, live: _Live) -> None:
         """Wall time, CPU- and device-seconds summed over the seeds, and where they ran."""
-        ended = time.time()
+        ended = max(end for end, _ in live.results.values())  # when its last seed was seen to end
         results = [result for _, result in live.results.values()]
         held = self.backend.devices_held(live.plan.options)
         usage = {
@@ -690,18 +712,18 @@ class _Driver:
             "cpu_s": sum(float(r.get("cpu_s", 0.0)) for r in results),
             "npu_s": sum(end - live.started_wall for end, _ in live.results.values()) * held,
             "node": ",".join(sorted({str(r["node"]) for r in results if r.get("node")})) or None,
+            # Ray's node ids: several Ray nodes may share one host (the name above)
+            "node_id": ",".join(sorted({str(r["node_id"]) for r in results if r.get("node_id")})) or None,
             "devices": [r["devices"] for r in results if r.get("devices")],
         }
-        for key, value in usage.items():
-            if value or key == "wall_s":  # unset = zero / none: one journal write less
-                live.trial.set_user_attr(key, value)
+        # Unset = zero / none; the rest is written together (one journal append).
+        self.store.set_attrs(live.trial, {k: v for k, v in usage.items() if v or k == "wall_s"})
 
     def _record_outcome(self, live: _Live, outcome: Outcome) -> None:
         trial, number = live.trial, live.number
         if isinstance(outcome, Complete):
-            trial.set_user_attr("values_per_seed", outcome.per_seed)
-            trial.set_user_attr("value_spread", outcome.spreads)
-            trial.set_user_attr("value_interval", outcome.intervals)
+            per_seed = {"values_per_seed": outcome.per_seed, "value_spread": outcome.spreads}
+            self.store.set_attrs(trial, {**per_seed, "value_interval": outcome.intervals})  # one journal append
             self.study.tell(trial, outcome.values if self.spec.multi_objective else outcome.values[0])
             shown = ", ".join(
                 f"{o.metric}={interval_text(v, iv, len(seeds))}"
@@ -710,10 +732,13 @@ class _Driver:
                 )
             )
             self._say(f"trial {number} complete: {shown}")
+            self._objective_to_tensorboard(live, outcome.per_seed)
         elif isinstance(outcome, Pruned):
             trial.set_user_attr("pruned_reason", live.pruned_note or outcome.reason)
             self.study.tell(trial, state=TrialState.PRUNED)
             self._say(f"trial {number} pruned at iteration {live.common_step()}")
+            so_far = [[self._seed_value(live, r.seed, i) for r in live.plan.runs] for i in range(len(self.reducers))]
+            self._objective_to_tensorboard(live, so_far)
         elif isinstance(outcome, Interrupted):
             fail_and_maybe_retry(
                 self.store, self.store.frozen(trial), outcome.reason, self.spec.retries,
@@ -731,6 +756,41 @@ class _Driver:
             self._say(
                 f"trial {number} failed: {outcome.reason}" + (" (will retry)" if retried else " (no retries left)")
             )
+        self._apply_retention()
+
+    def _objective_to_tensorboard(self, live: _Live, per_seed: Sequence[Sequence[float | None]]) -> None:
+        """Each seed run's objective value(s) (``per_seed[i][k]``: objective i, seed k) as the scalar
+        ``objective/<metric>`` in its TensorBoard run, where the HParams view shows it as a metric column next to
+        the trial's parameters (its seeds grouped: their mean). Only runs that wrote TensorBoard; a failure to
+        write is a warning."""
+        if not self.spec.tracking.tensorboard:
+            return
+        for k, run in enumerate(live.plan.runs):
+            values = {
+                f"objective/{o.metric}": float(v)
+                for o, v in zip(self.spec.objectives, (column[k] for column in per_seed), strict=True)
+                if v is not None and math.isfinite(v)
+            }
+            run_dir = Path(run.run_dir)
+            if not values or not tensorboard_dir(run.cfg, run_dir).is_dir():
+                continue
+            try:
+                add_final_scalars(run.cfg, run_dir, values, live.last_iteration.get(run.seed, 0))
+            except Exception as err:  # TensorBoard is a view: it must never end the study
+                self._warn(f"trial {live.number}: objective not written to TensorBoard: {err}")
+
+    def _apply_retention(self) -> None:
+        """Remove the checkpoints ``keep_final_checkpoints`` lets go now (never what a resume needs)."""
+        try:
+            removed, warnings = self.retention.apply(self.study)
+        except OSError as err:  # a file system error deciding or removing: keep everything, say so
+            removed, warnings = [], [f"checkpoints not cleaned up: {err}"]
+        for line in warnings:
+            self._warn(line)
+        if removed:
+            numbers = ", ".join(str(n) for n in removed)
+            rule = self.spec.keep_final_checkpoints
+            self._say(f"checkpoints of trial(s) {numbers} removed (keep_final_checkpoints: {rule})")
 
     # -- confirmation stage ---------------------------------------------------------------------------
     def _start_confirmation(self) -> None:
@@ -828,6 +888,13 @@ class _Driver:
         elif not self.quiet:
             print(message, flush=True)
 
+    def _warn(self, message: str) -> None:
+        """A warning line: in the live view, else on stderr (also with ``--quiet``)."""
+        if self.progress is not None:
+            self.progress.log(f"warning: {message}")
+        else:
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+
 
 def interval_text(value: float, interval: list[float] | None, seeds: int) -> str:
     """A trial's value as ``stats.Interval.text`` shows it: mean, 95 % interval, seeds."""
@@ -841,7 +908,8 @@ def _tail(live: _Live, n: int = 20) -> list[str]:
     runs = live.plan.runs
     order = [r for r in runs if failed and r.seed == failed[0]] or list(reversed(runs))
     for run in order:
-        lines = tail_lines(Path(run.run_dir) / "train.log", n)
+        log = Path(run.run_dir) / "train.log"
+        lines = stored_tail(run.storage, "train.log", n) if run.storage else tail_lines(log, n)
         if lines:
             return lines
     return []

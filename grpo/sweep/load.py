@@ -380,6 +380,12 @@ def _content_problems(
         base, problem = _resolve_base(data["base"], spec_path.parent, source)
         if problem:
             problems.append(problem)
+    if "trial_storage" not in skip and isinstance(data.get("trial_storage"), str):
+        from grpo.sweep.trial_storage import location_problem  # pyarrow: imported only when the key is set
+
+        problem = location_problem(data["trial_storage"])
+        if problem:
+            problems.append(f"{source}: trial_storage: {problem}")
     search = data.get("search") or {}
     search_ok = "search" not in skip and isinstance(search, dict)
     if "overrides" not in skip and isinstance(data.get("overrides"), list):

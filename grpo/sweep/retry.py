@@ -22,11 +22,14 @@ def fail_and_maybe_retry(
     last_log_lines: list[str] | None = None,
     resumable: bool = True,
     count_attempt: bool = True,
+    launched: bool = True,
 ) -> bool:
     """Mark ``trial`` FAIL with ``reason``; enqueue a retry unless its attempts are used up.
 
     ``count_attempt=False`` is for interruptions that are not the trial's fault (Ctrl-C): the retry keeps
-    the attempt number. Returns True when a retry was enqueued.
+    the attempt number. ``launched=False``: the trial never ran (it waited for room), so its own folder holds
+    no checkpoint and its retry resumes from where the trial itself would have (its ``resume_from``).
+    Returns True when a retry was enqueued.
     """
     attempt = int(trial.user_attrs.get("attempt", 1))
     next_attempt = attempt + 1 if count_attempt else attempt
@@ -37,7 +40,10 @@ def fail_and_maybe_retry(
     store.fail(trial, attrs)
     if retry:
         retry_attrs: dict[str, Any] = {"retry_of": trial.number, "attempt": next_attempt}
-        if resumable and trial.user_attrs.get("trial_dir"):
+        if resumable and not launched:
+            if trial.user_attrs.get("resume_from"):
+                retry_attrs["resume_from"] = trial.user_attrs["resume_from"]
+        elif resumable and trial.user_attrs.get("trial_dir"):
             retry_attrs["resume_from"] = trial.user_attrs["trial_dir"]
         if is_confirmation(trial):  # the retry stays a confirmation trial: same seeds, no budget
             retry_attrs[CONFIRMATION_OF] = trial.user_attrs[CONFIRMATION_OF]

@@ -30,6 +30,7 @@ STORAGE_SCHEMES = ("journal:", "sqlite:///", "postgresql://", "postgresql+", "my
 SamplerName = Literal["tpe", "random", "grid", "cmaes", "nsga2", "gp"]
 PrunerName = Literal["median", "successive_halving", "hyperband", "none"]
 ReducerName = Literal["last", "max", "min", "mean_last_k", "auc"]
+KeepRule = Literal["best", "all", "none"]
 
 
 # ------------------------------------------------------------------------------------------ models
@@ -254,10 +255,16 @@ class SweepSpec(_Strict):
     timeout_per_trial: float | None = Field(None, gt=0)
     # Checkpoints each trial keeps (the newest; resuming needs one); null keeps every one saved.
     keep_checkpoints: int | None = Field(1, ge=1)
+    # Checkpoints kept once a trial has ended (grpo.sweep.retention): the best trial's (a multi-objective
+    # study: its Pareto front's), every trial's, or none; what a retry resumes from stays until it has run.
+    keep_final_checkpoints: KeepRule = "best"
     # embedded | mindspeed | "package.module:ClassName" (a user's own TrialBackend subclass)
     backend: str = "embedded"
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     storage: str | None = None
+    # Where trial runs (checkpoints, logs) are kept: a path or URI every node sees (grpo.sweep.trial_storage);
+    # null: in the trial dirs under the study dir. load.py checks the value.
+    trial_storage: str | None = None
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     mindspeed: MindSpeedSpec = Field(default_factory=MindSpeedSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)

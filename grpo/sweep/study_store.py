@@ -5,8 +5,9 @@ Optuna's public API covers the trials a driver asked itself (``Trial.set_user_at
 A sweep also writes to trials it holds only as ``FrozenTrial`` (a dead driver's trial it reaps, its own
 trial after the worker finished, a heartbeat): that needs the storage and the trial id, which Optuna
 keeps private (``study._storage``, ``FrozenTrial._trial_id``). ``StudyStore`` is the only place that
-touches them; everything else it does uses public API (``study.tell`` by number, ``study.enqueue_trial``
-for retries). Retries carry Optuna's own lineage attrs (``failed_trial``, ``retry_history``, as its
+touches them (and a journal's append, to write a trial's attrs as one batch: ``set_attrs``); everything
+else it does uses public API (``study.tell`` by number, ``study.enqueue_trial`` for retries). Retries
+carry Optuna's own lineage attrs (``failed_trial``, ``retry_history``, as its
 ``RetryHeartbeatStaleTrialCallback`` writes them), so ``retried_trial_number`` and optuna-dashboard
 see which trial a retry repeats.
 """
@@ -18,13 +19,16 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.distributions import distribution_to_json
-from optuna.storages import BaseStorage
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import BaseStorage, JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+from optuna.storages.journal._storage import JournalOperation
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.errors import UserError
@@ -222,6 +226,19 @@ def fingerprint(spec: SweepSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def metric_names(spec: SweepSpec) -> list[str]:
+    """Optuna's names of the study's values (``study.set_metric_names``): each objective's metric and the rule
+    that reduced its curve, e.g. ``eval/acc_greedy (auc)``, as optuna-dashboard and ``optuna trials`` show
+    them (instead of "Objective 0"). Pandas' trials dataframe names its columns ``value_<name>`` from them."""
+    return [f"{o.metric} ({o.reduce}{f', k={o.k}' if o.k is not None else ''})" for o in spec.objectives]
+
+
+def _set_metric_names(study: optuna.Study, spec: SweepSpec) -> None:
+    with warnings.catch_warnings():  # experimental since Optuna 3.2, unchanged since; the dashboard reads it
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(metric_names(spec))
+
+
 def find_study(spec: SweepSpec) -> optuna.Study | None:
     """The spec's existing study, or None when it was never run. Writes nothing: no folder, no journal
     or SQLite file, no tables (``status``, ``best``, ``report`` and ``export`` are read-only)."""
@@ -254,7 +271,8 @@ def find_study(spec: SweepSpec) -> optuna.Study | None:
 def open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.Study, bool]:
     """Create the study or resume it. Returns (study, resumed). Refuses a changed spec (see ``--fork``).
 
-    A new study records the spec, its fingerprint, ``base_config`` (the composed base config with the
+    The study's values are named after the objectives (``metric_names``), on a resumed study too. A new
+    study records the spec, its fingerprint, ``base_config`` (the composed base config with the
     spec's overrides, what the report diffs trial configs against) and ``environment`` (Python, package
     versions, git commit, platform: ``grpo.sweep.environment``) as study user attrs.
 
@@ -294,9 +312,12 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
             )
         if [d.name.lower() for d in existing.directions] != directions:
             raise UserError(f"{spec.path}: objective: directions {directions} differ from the stored study's")
+        if existing.metric_names != metric_names(spec):  # a study made before names were set gets them now
+            _set_metric_names(existing, spec)
         return existing, True
     spec.study_dir.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(study_name=spec.study, storage=storage, directions=directions, load_if_exists=True)
+    _set_metric_names(study, spec)
     attrs = {
         "spec": spec.to_dict(),
         "spec_path": str(spec.path),
@@ -315,6 +336,23 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
     return study, False
 
 
+def _sync_own_records(storage: JournalStorage, count: int) -> None:
+    """Apply the ``count`` records just appended. On a finished trial each of them raises when the replay
+    reaches it (this driver issued it), one per sync; the rest of the batch would then raise in later,
+    unrelated reads. So: sync until all are applied, then raise the first refusal, as a single write would."""
+    refused: UpdateFinishedTrialError | None = None
+    for _ in range(count):
+        try:
+            storage._sync_with_backend()
+            break
+        except UpdateFinishedTrialError as err:
+            refused = refused or err
+    else:
+        storage._sync_with_backend()
+    if refused is not None:
+        raise refused
+
+
 class StudyStore:
     """Writes to trials by their frozen record (see the module docstring); one per driver."""
 
@@ -330,10 +368,28 @@ class StudyStore:
         return trial._trial_id  # private on both classes: see the module docstring
 
     def set_attrs(self, trial: FrozenTrial | optuna.Trial, attrs: dict[str, Any]) -> None:
-        """User attrs on a trial (one storage write each)."""
+        """User attrs on a trial, written together: on a journal, one append (one lock, one fsync) for all of
+        them instead of one each; on other storages, one write each. An ``optuna.Trial`` sees them at once."""
         trial_id = self._id(trial)
-        for key, value in attrs.items():
-            self._storage.set_trial_user_attr(trial_id, key, value)
+        storage = self._storage
+        if isinstance(storage, JournalStorage) and len(attrs) > 1:
+            # The records JournalStorage.set_trial_user_attr appends (optuna/storages/journal/_storage.py,
+            # 5.1: one SET_TRIAL_USER_ATTR record per key, then a sync that applies them), in one
+            # append_logs call, which takes a list of records (journal/_file.py): the replay is unchanged.
+            with storage._thread_lock:
+                worker = storage._replay_result.worker_id
+                records = [
+                    {"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "worker_id": worker, "trial_id": trial_id,
+                     "user_attr": {key: value}}
+                    for key, value in attrs.items()
+                ]  # fmt: skip
+                storage._backend.append_logs(records)
+                _sync_own_records(storage, len(records))
+        else:
+            for key, value in attrs.items():
+                storage.set_trial_user_attr(trial_id, key, value)
+        if isinstance(trial, optuna.Trial):  # what Trial.set_user_attr does after its write
+            trial._cached_frozen_trial.user_attrs.update(attrs)
 
     def beat(self, trials: list[optuna.Trial], now: float) -> None:
         """Refresh the ``heartbeat`` attr of running trials; one that just ended (a race) is skipped."""

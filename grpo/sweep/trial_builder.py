@@ -10,7 +10,7 @@ raises ``UserError`` with every reason: the driver prunes it before launch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from grpo.sweep.backends import RayOptions, TrialBackend
 from grpo.sweep.preflight import trial_problems
 from grpo.sweep.space import SearchSpace
 from grpo.sweep.spec import SweepSpec
+from grpo.sweep.trial_storage import RunStorage, join, local_folder, open_storage, run_path, study_location
 from grpo.sweep.worker import SeedJob, SeedRun
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
@@ -55,10 +56,20 @@ class TrialPlan:
         return int(self.jobs[0].run.cfg.megatron_training.train_iters)
 
     def write_files(self, trial_dir: Path) -> None:
-        """``config.yaml`` and ``overrides.yaml`` in the trial dir (what a person reads to rerun it)."""
+        """``config.yaml`` and ``overrides.yaml`` in the trial dir (what a person reads to rerun it).
+
+        With trial storage: the marker its seeds look for, and, when the storage is a local (or NFS) path,
+        ``runs`` as a link to the trial's runs there, so the report and a person find them as without it."""
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.yaml").write_text(yaml.dump(self.config, Dumper=_Dumper, sort_keys=False))
         (trial_dir / "overrides.yaml").write_text(yaml.dump(self.overrides, Dumper=_Dumper, sort_keys=False))
+        stored = self.jobs[0].run.storage
+        if stored is not None:
+            open_storage(stored.study).ensure_marker()
+            folder = local_folder(stored.study)
+            link = trial_dir / "runs"
+            if folder is not None and not link.exists() and not link.is_symlink():
+                link.symlink_to(folder / Path(stored.run).parent, target_is_directory=True)
 
 
 class TrialBuilder:
@@ -78,6 +89,8 @@ class TrialBuilder:
         self.driver_host, self.driver_pid = driver
         self.no_plan = no_plan
         self.base_seed = int(base_cfg.megatron_training.seed)
+        # The study's folder in trial storage (None: runs live in the trial dirs, on a shared file system).
+        self.storage = study_location(spec.trial_storage, spec.study) if spec.trial_storage else None
 
     def _sampling_seed(self, seed: int) -> list[str]:
         """The rollout sampler's seed moves with the run's seed: replicates that shared vLLM's (or the engine's)
@@ -95,7 +108,9 @@ class TrialBuilder:
         """The plan of trial ``number`` running ``seeds``; UserError (every problem) when it must not launch.
 
         Seed ``k`` of the list runs in ``runs/seed<k>``; a retry (``resume_from``: the retried trial's dir)
-        continues each seed from that trial's ``runs/seed<k>/ckpt`` when it has a checkpoint there.
+        continues each seed from that trial's ``runs/seed<k>/ckpt`` when it has a checkpoint there. With trial
+        storage, both live in the study's folder there (``trials/<N>/runs/seed<k>``, ``N`` the trial's number,
+        the name of its dir) and the worker runs the seed in node-local scratch (grpo.sweep.trial_storage).
         """
         spec = self.spec
         sampled = self.space.to_overrides(params)
@@ -105,21 +120,31 @@ class TrialBuilder:
         jobs = []
         for k, seed in enumerate(seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
+            stored = RunStorage(self.storage, run_path(number, k)) if self.storage else None
+            # With trial storage the config names the run's place there; the worker swaps in its scratch path.
+            save = _quoted(join(stored.location, "ckpt")) if stored else str(run_dir / "ckpt")
             extra = [
-                f"actor_config.save={run_dir / 'ckpt'}",
+                f"actor_config.save={save}",
                 f"megatron_training.seed={seed}",
                 *self._sampling_seed(seed),
                 f"engine.keep_checkpoints={spec.keep_checkpoints or 'null'}",
             ]
             extra += tracking_overrides(spec, number, k, sampled)
             resume = False
-            if resume_from:
+            if resume_from and stored is not None:
+                old_run = run_path(int(Path(resume_from).name), k)
+                if open_storage(stored.study).iteration(old_run) is not None:
+                    # actor_config.load stays the config's own (a backend may check it names weights here): the
+                    # worker points it at the checkpoint it downloads into scratch.
+                    extra += list(RESUME_KEYS)
+                    stored, resume = replace(stored, resume=old_run), True
+            elif resume_from:
                 old_ckpt = (Path(resume_from) / "runs" / f"seed{k}" / "ckpt").resolve()
                 if checkpoint_iteration(old_ckpt) is not None:
                     extra += [f"actor_config.load={old_ckpt}", *RESUME_KEYS]
                     resume = True
             cfg = load_config(spec.base, [*spec.overrides, *param_overrides, *extra])
-            run = SeedRun(seed=seed, cfg=cfg, run_dir=str(run_dir))
+            run = SeedRun(seed=seed, cfg=cfg, run_dir=str(run_dir), storage=stored)
             jobs.append(SeedJob(number, k, self.backend, run, resume, self.driver_host, self.driver_pid))
         first = jobs[0].run.cfg
         problems = trial_problems(spec, first, self.backend, no_plan=self.no_plan)
@@ -128,6 +153,11 @@ class TrialBuilder:
         options = self.backend.resources(first)
         overrides = [*spec.overrides, *sampled]
         return TrialPlan(jobs, options, overrides, first.to_dict())
+
+
+def _quoted(value: str) -> str:
+    """A Hydra override value quoted (a URI's ``?``, ``=`` and ``:`` are no grammar then)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def absolute_paths(cfg: GRPOConfig, overrides: list[str]) -> list[str]:
@@ -176,19 +206,32 @@ def adopted_history(resume_from: str, jobs: list[SeedJob]) -> tuple[dict[int, in
     completed from the old runs' own metrics files: iterations the worker finished and checkpointed but
     whose metrics never reached the driver.
     """
-    start_at = {
-        job.run.seed: (checkpoint_iteration(Path(str(job.run.cfg.actor_config.load))) or 0) if job.resume else 0
-        for job in jobs
-    }
+    start_at = {job.run.seed: _resumed_at(job) for job in jobs}
     rows: dict[tuple[int, int], dict] = {}
     for row in read_jsonl(Path(resume_from) / "metrics.jsonl"):
         rows[(row.get("seed", -1), row.get("iteration", 0))] = row
     for job in jobs:
-        seed = job.run.seed
-        for row in read_jsonl(Path(resume_from) / "runs" / f"seed{job.index}" / "metrics.jsonl"):
+        seed, stored = job.run.seed, job.run.storage
+        if stored is not None:  # the old run's own file is in trial storage
+            old_rows = open_storage(stored.study).read_jsonl(
+                run_path(int(Path(resume_from).name), job.index) + "/metrics.jsonl"
+            )
+        else:
+            old_rows = read_jsonl(Path(resume_from) / "runs" / f"seed{job.index}" / "metrics.jsonl")
+        for row in old_rows:
             rows.setdefault((seed, row.get("iteration", 0)), {**row, "seed": seed})
     history = []
     for (seed, iteration), row in sorted(rows.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         if seed in start_at and 0 <= iteration <= start_at[seed]:  # 0: the base policy, evaluated only once
             history.append((seed, iteration, {k: v for k, v in row.items() if k not in ("iteration", "seed")}))
     return start_at, history
+
+
+def _resumed_at(job: SeedJob) -> int:
+    """The iteration a seed job continues from (0: a fresh start)."""
+    if not job.resume:
+        return 0
+    stored = job.run.storage
+    if stored is not None and stored.resume is not None:
+        return open_storage(stored.study).iteration(stored.resume) or 0
+    return checkpoint_iteration(Path(str(job.run.cfg.actor_config.load))) or 0

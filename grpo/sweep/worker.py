@@ -9,6 +9,10 @@ Metrics travel back through Ray: the backend's ``report`` callback queues them i
 driver drains the queue (``drain``); ``stop`` makes the next ``report`` answer True (pruned, a sibling
 seed failed, shutdown). The actor is threaded (``max_concurrency``) so ``drain`` and ``stop`` are served
 while ``run`` works.
+
+With ``trial_storage`` in the spec, a job runs in this node's scratch instead of its ``run_dir``: the
+checkpoint it resumes from is downloaded first, each new checkpoint is uploaded from the ``report``
+callback, and the run folder at the end (``grpo.sweep.trial_storage``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from grpo._fs import pid_alive
 from grpo.config import GRPOConfig
 from grpo.sweep.backends import TrialBackend, TrialFailed
+from grpo.sweep.trial_storage import RunStorage, StagedRun, TrialStorageError
 
 Event = tuple[int, int, dict[str, Any]]  # (seed, iteration, metrics)
 
@@ -33,7 +38,9 @@ Event = tuple[int, int, dict[str, Any]]  # (seed, iteration, metrics)
 class SeedRun:
     seed: int
     cfg: GRPOConfig
-    run_dir: str
+    run_dir: str  # where the run writes; with trial storage, where the driver sees it (see ``storage``)
+    # With ``trial_storage``: the run is kept there and runs in node-local scratch (grpo.sweep.trial_storage)
+    storage: RunStorage | None = None
 
 
 @dataclass
@@ -70,8 +77,12 @@ class TrialWorker:
         started = time.process_time()
         result: dict[str, Any] = {"status": "complete", "summary": {}, **_placement()}
         seed_run = job.run
+        staged = StagedRun(seed_run.storage) if seed_run.storage is not None else None
         try:
-            Path(seed_run.run_dir).mkdir(parents=True, exist_ok=True)
+            cfg, run_dir = seed_run.cfg, Path(seed_run.run_dir)
+            if staged is not None:  # the engine sees scratch paths; checkpoints go up as they are saved
+                cfg, run_dir = staged.prepare(cfg, job.resume), staged.run_dir
+            run_dir.mkdir(parents=True, exist_ok=True)
 
             def report(iteration: int, metrics: dict[str, float]) -> bool:
                 with self._lock:
@@ -79,20 +90,40 @@ class TrialWorker:
                     if self._stop_reason is None and not _driver_alive(job):
                         # An orphan must not move the checkpoint past what the dead driver persisted.
                         self._stop_reason = "driver died"
-                    return self._stop_reason is not None
+                    stop = self._stop_reason is not None
+                if staged is not None:
+                    staged.sync()  # outside the lock: drain and stop are served while it uploads
+                return stop
 
-            result["summary"] = job.backend.run(seed_run.cfg, Path(seed_run.run_dir), report, job.resume) or {}
+            result["summary"] = job.backend.run(cfg, run_dir, report, job.resume) or {}
             if self._stop_reason is not None:
                 result["status"] = "stopped"
                 result["stop_reason"] = self._stop_reason
+        except TrialStorageError as err:
+            result.update(status="failed", reason=str(err), last_log_lines=[])
         except TrialFailed as err:
             result.update(status="failed", reason=err.reason, last_log_lines=err.last_log_lines)
         except Exception as err:  # a bug or an unexpected crash in the trial: keep the worker alive
             lines = traceback.format_exc().splitlines()[-15:]
             result.update(status="failed", reason=f"{type(err).__name__}: {err}", last_log_lines=lines)
+        if staged is not None:
+            _finish(staged, result)
         result["cpu_s"] = time.process_time() - started
         result["events"] = self.drain()  # the last events travel with the result: no extra round trip
         return result
+
+
+def _finish(staged: StagedRun, result: dict[str, Any]) -> None:
+    """Upload what the run left (also after a failure: its log says why) and delete its scratch; a seed whose
+    results could not be kept fails."""
+    try:
+        staged.finish()
+    except Exception as err:
+        if result["status"] != "failed":
+            reason = f"trial_storage {staged.where.study}: upload failed: {type(err).__name__}: {err}"
+            result.update(status="failed", reason=reason, last_log_lines=[])
+    finally:
+        staged.discard()
 
 
 def _driver_alive(job: SeedJob) -> bool:
