@@ -12,7 +12,7 @@ versions) and one record per (configuration, seed) with its curves as columns. R
 (configuration, seed) already in the table is skipped, and the table is rewritten atomically after each run.
 Runs go two at a time in fresh subprocesses, one torch thread each, at the lowest CPU priority.
 
-    nice -n 19 .venv/bin/python benchmarks/build_grpo_table.py                 # the full table (48 runs)
+    nice -n 19 .venv/bin/python benchmarks/build_grpo_table.py --commit 3898997  # the shipped table (48 runs)
     .venv/bin/python benchmarks/build_grpo_table.py --smoke                   # 2 configs x 3 iterations, to /tmp
 """
 
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +78,14 @@ def overrides_for(params: Params, seed: int, iters: int, eval_every: int) -> lis
     ]
 
 
-def export_head() -> Path:
-    """A clean copy of the committed tree (``git archive HEAD``): every run of the table uses one commit's code,
+def export_commit(rev: str = "HEAD") -> Path:
+    """A clean copy of one commit's tree (``git archive``): every run of the table uses that commit's code,
     whatever other work is half-edited in the checkout meanwhile."""
-    commit = _git("rev-parse", "HEAD")
+    commit = _git("rev-parse", rev)
     folder = Path(tempfile.gettempdir()) / "grpo_table_code" / commit
     if not (folder / "grpo" / "__init__.py").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     return folder
 
@@ -133,13 +133,13 @@ def _git(*args: str) -> str:
         return "unknown"
 
 
-def header(iters: int, eval_every: int) -> dict[str, Any]:
+def header(iters: int, eval_every: int, commit: str = "HEAD") -> dict[str, Any]:
     import torch
 
     dirty = _git("status", "--porcelain", "--", "grpo/engine", "grpo/config", "configs")
     return {
         "what": "tabular GRPO benchmark: real grpo.engine runs on a grid, full per-iteration curves",
-        "git_commit": _git("rev-parse", "HEAD"),
+        "git_commit": _git("rev-parse", commit),
         "engine_or_config_modified": bool(dirty and dirty != "unknown"),
         "config": CONFIG,
         "overrides": [
@@ -152,7 +152,7 @@ def header(iters: int, eval_every: int) -> dict[str, Any]:
         "train_iters": iters,
         "eval_every": eval_every,
         "metrics": METRICS,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "host_cpus": os.cpu_count(),
@@ -187,7 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         "--code",
         choices=["head", "worktree"],
         default="head",
-        help="run the committed tree (a clean git archive of HEAD, the default) or the checkout as it is",
+        help="run the committed tree (a clean git archive of --commit, the default) or the checkout as it is",
+    )
+    ap.add_argument(
+        "--commit",
+        default="HEAD",
+        help="the commit whose engine runs (with --code head). The shipped table is the engine of 3898997: "
+        "`--commit 3898997` rebuilds it; HEAD's engine differs since (token-mean loss, MindSpeed-RL's rewards)",
     )
     ap.add_argument("--smoke", action="store_true", help="2 configurations x 1 seed x 3 iterations, to /tmp")
     args = ap.parse_args(argv)
@@ -200,15 +206,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.out == DEFAULT_OUT:
             args.out = Path(tempfile.gettempdir()) / "grpo_table_smoke.json.gz"
 
-    table = load_table(args.out) or {"header": header(args.iters, args.eval_every), "runs": []}
+    table = load_table(args.out) or {"header": header(args.iters, args.eval_every, args.commit), "runs": []}
     old = table["header"]
     if (old["train_iters"], old["eval_every"], old["config"]) != (args.iters, args.eval_every, CONFIG):
         print(f"error: {args.out} holds runs of other settings; use another --out", file=sys.stderr)
         return 2
     done = {run_key(r["params"], r["seed"]) for r in table["runs"]}
-    code = str(export_head()) if args.code == "head" else str(ROOT)
+    code = str(export_commit(args.commit)) if args.code == "head" else str(ROOT)
     table["header"].setdefault(
-        "code", f"git archive {_git('rev-parse', 'HEAD')}" if args.code == "head" else "worktree"
+        "code", f"git archive {_git('rev-parse', args.commit)}" if args.code == "head" else "worktree"
     )
     todo = [(p, s, args.iters, args.eval_every, code) for s in seeds for p in grid if run_key(p, s) not in done]
     print(f"{len(done)} runs in {args.out}, {len(todo)} to go, {args.jobs} at a time, code from {code}", flush=True)
@@ -222,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             table["runs"].append(rec)
             table["runs"].sort(key=lambda r: (r["seed"], *r["params"].values()))
-            table["header"]["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
+            table["header"]["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             save_table(args.out, table)
             acc = [v for v in rec["curves"]["eval/acc_greedy"] if v is not None]
             print(

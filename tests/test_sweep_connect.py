@@ -128,10 +128,13 @@ def test_refused_and_client_failures_are_one_line(monkeypatch):
 def test_ray_s_token_notice_is_left_out(capsys):
     """Ray 2.59+ logs "Token authentication is enabled for this Ray cluster" from every new local cluster
     (``authentication_token_setup._warn_token_auth_enabled``); connect filters exactly that record."""
+    import ray
     from ray._private.authentication import authentication_token_setup as setup
 
-    assert connect._TOKEN_NOTICE in inspect.getsource(setup._warn_token_auth_enabled)
     assert setup.logger.name == connect._AUTH_LOGGER
+    if not hasattr(setup, "_warn_token_auth_enabled"):  # Ray 2.52-2.58 (MindSpeed-RL's 2.54): no such notice
+        pytest.skip(f"Ray {ray.__version__} never turns token authentication on by itself")
+    assert connect._TOKEN_NOTICE in inspect.getsource(setup._warn_token_auth_enabled)
     connect._quiet_token_notice()
     records: list[str] = []
     handler = logging.Handler()

@@ -101,5 +101,6 @@ def canonicalize(
             if _role_view(key, roles[r], tiers, models) != seen:
                 roles[r][key] = (defaults or {}).get(key) if seen is _MISSING else seen
         if where[-1] != home:
-            moved[(*locs[home], key)] = (*locs[where[-1]], key)
+            at = (*locs[home], key)  # named: mypy's 3.10 target takes d[(*a, b)] for 3.11-only syntax
+            moved[at] = (*locs[where[-1]], key)
     return data, moved

@@ -28,7 +28,8 @@ _DATA = "_data"
 @functools.cache  # where the package lies does not change while it runs
 def _folder(kind: str) -> Path:
     """``grpo/_data/<kind>`` as a real folder (symlinks resolved: in a checkout, the top-level folder)."""
-    return Path(str(resources.files(_PACKAGE).joinpath(_DATA, kind))).resolve()
+    # One name per joinpath: Python 3.10's Traversable.joinpath takes a single child.
+    return Path(str(resources.files(_PACKAGE).joinpath(_DATA).joinpath(kind))).resolve()
 
 
 def shipped_configs() -> Path:

@@ -23,6 +23,7 @@ validated again by the same schema, so what trains is exactly what was checked.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import shlex
@@ -167,6 +168,11 @@ def precheck(argv: list[str]) -> None:
         return
     path = config_file(args)
     problems: list[str] = []
+    if "hydra/launcher=ray" in (o.lstrip("+") for o in args.overrides or []) and not _has_ray_launcher():
+        problems.append(
+            "hydra/launcher=ray: hydra-ray-launcher is not installed: pip install 'grpo-sweep[ray-launcher]' "
+            "(it needs cloudpickle<3, so not in MindSpeed-RL's environment, which pins cloudpickle 3.1.1)"
+        )
     for job in jobs_of(args.overrides or [], args.multirun):
         try:
             load_config(path, job, config_dir=args.dirs())
@@ -174,6 +180,14 @@ def precheck(argv: list[str]) -> None:
             problems += [p for p in err.problems if p not in problems]
     if problems:
         raise UserError(problems[0], problems=problems)
+
+
+def _has_ray_launcher() -> bool:
+    """hydra-ray-launcher is an extra (``ray-launcher``): without it Hydra's own answer is a long report."""
+    try:
+        return importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None
+    except ModuleNotFoundError:  # no hydra_plugins package at all
+        return False
 
 
 def _task(hydra_cfg: DictConfig) -> float | None:
