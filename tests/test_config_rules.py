@@ -231,8 +231,8 @@ def test_a_config_validate_rl_args_accepts_passes(bases):
 
 def test_every_verifier_we_accept_is_one_mindspeeds_registry_knows():
     """mindspeed_rl/models/rule_verifier.py, compute_verifier_score: its rule_verifier_function registry.
-    MindSpeed-RL skips an unknown name silently (the reward loses that term); we refuse it. (The registry's
-    acc_for_dapo, acc_for_ppo, math_verify_reward and retool_reward are not accepted yet.)"""
+    MindSpeed-RL skips an unknown name silently (the reward loses that term); we refuse it. (The embedded engine
+    scores all but retool_reward, and math_verify_reward only where the math-verify package is installed.)"""
     from typing import get_args
 
     from grpo.config.schema import VerifierName

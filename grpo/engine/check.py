@@ -62,6 +62,12 @@ def check_config(cfg: GRPOConfig) -> list[str]:
             f"engine does not have; use group_norm"
         )
     unscored = [name for name in rl.verifier_function if name not in VERIFIER_NAMES]
+    if "math_verify_reward" in unscored:  # scored only where the optional math-verify package imports
+        unscored.remove("math_verify_reward")
+        problems.append(
+            f"{source}: rl_config.verifier_function: math_verify_reward needs the math-verify package, which is not "
+            f"installed here; install it (pip install math-verify) or drop math_verify_reward"
+        )
     if unscored:
         problems.append(
             f"{source}: rl_config.verifier_function: the embedded engine does not score {', '.join(unscored)} "
