@@ -3,7 +3,7 @@ rerun after each, then let it finish; count what was lost or repeated, per stora
 
     python benchmarks/kill_resume.py [--kills 10] [--storages journal,sqlite,postgresql] [--seed 0]
 
-The study: 6 trials of a 10-iteration curve (0.1 s per iteration, a checkpoint every 3), 2 at a time,
+The study: 6 trials of a 10-iteration curve (0.5 s per iteration, a checkpoint every 3), 2 at a time,
 a seeded random sampler over 6 values of clip_ratio (so a restart that replayed its first proposals, or
 reran a finished point, would show). Printed per storage: complete trials, distinct parameter sets,
 points rerun after they completed, trials left RUNNING, attempts charged to trials, wall time. PostgreSQL
@@ -84,7 +84,7 @@ def run(storage_name: str, kills: int, seed: int) -> None:
         for _ in range(kills):
             proc = _cli(spec, folder)
             _first_start(proc)
-            time.sleep(rng.uniform(0.0, 3.0))  # trials take ~1-2 s each: kills land while trials run and ask
+            time.sleep(rng.uniform(0.0, 3.0))  # trials take ~5 s each: kills land while trials run and ask
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 landed += 1
