@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -14,6 +15,20 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
+
+
+@contextlib.contextmanager
+def module_ray(num_cpus: int = 4):
+    """One local Ray for a test module (the scheduler reuses an initialised Ray and leaves it running); its
+    workers import the test backends from tests/."""
+    import ray
+
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})  # fmt: skip
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 def write_spec(folder: Path, name: str = "s", **fields) -> Path:
     spec = {

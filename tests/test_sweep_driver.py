@@ -10,7 +10,6 @@ import socket
 import time
 
 import pytest
-import ray
 from optuna.trial import TrialState
 
 from grpo.errors import UserError
@@ -19,16 +18,13 @@ from grpo.sweep.driver import forked as fork
 from grpo.sweep.driver import run_study
 from grpo.sweep.load import load_spec
 from optuna.storages import RetryHeartbeatStaleTrialCallback
-from sweep_helpers import TESTS, load, states, write_spec
+from sweep_helpers import load, module_ray, states, write_spec
 
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    """One local Ray for the module; the scheduler reuses an initialised Ray and leaves it running."""
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})
-    yield
-    ray.shutdown()
+    with module_ray():
+        yield
 
 
 def _run(tmp_path, monkeypatch, **fields):

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-import ray
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
-from sweep_helpers import TESTS, load, write_spec
+from sweep_helpers import load, module_ray, write_spec
 
 from grpo.errors import UserError
 from grpo.report.best import best_trial
@@ -33,16 +32,8 @@ TRACKER = "latest_checkpointed_iteration.txt"
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    """One local Ray for the module; the scheduler reuses an initialised Ray and leaves it running."""
-    ray.init(
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
-    )
-    yield
-    ray.shutdown()
+    with module_ray():
+        yield
 
 
 def _spec(tmp_path, monkeypatch, **fields):

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-import ray
 import yaml
 from optuna.trial import TrialState
-from sweep_helpers import TESTS, load, states, write_spec
+from sweep_helpers import load, module_ray, states, write_spec
 
 from grpo.report import collect
 from grpo.report.collect import value_columns
@@ -24,15 +23,8 @@ from grpo.sweep.study_store import StudyStore
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
-    )
-    yield
-    ray.shutdown()
+    with module_ray():
+        yield
 
 
 def _run(tmp_path, monkeypatch, **fields):

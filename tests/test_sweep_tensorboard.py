@@ -12,9 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-import ray
 from optuna.trial import TrialState
-from sweep_helpers import TESTS, write_spec
+from sweep_helpers import module_ray, write_spec
 from test_engine_tracking import hparams_session_groups
 
 from grpo.sweep.driver import run_study
@@ -26,15 +25,8 @@ TAG = "objective/grpo/score/mean"
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
-    )
-    yield
-    ray.shutdown()
+    with module_ray():
+        yield
 
 
 def _seed_curve(trial, seed: int) -> list[float]:

@@ -218,6 +218,15 @@ def _fix_fracs(text: str, short_raises: bool) -> str:
     return out
 
 
+def _leading_zero_and_no_short_lhs(s: str) -> str:
+    """A step both strip_string variants share (math_eval_toolkit's and Hendrycks' for mathruler): ".5" ->
+    "0.5", and "x=5" / "ab=5" (a left side of at most 2 characters) -> "5"."""
+    if s[0] == ".":
+        s = "0" + s
+    sides = s.split("=")
+    return sides[1] if len(sides) == 2 and len(sides[0]) <= 2 else s
+
+
 def strip_string(text: str, skip_unit: bool = False) -> str:
     """math_eval_toolkit's answer normalisation, step by step in its order."""
     s = str(text).strip().replace("\n", "").rstrip(".").replace("\\!", "")
@@ -255,11 +264,7 @@ def strip_string(text: str, skip_unit: bool = False) -> str:
     s = re.sub(r"(\d+)\.0*$", r"\1", s)
     if not s:
         return s
-    if s[0] == ".":
-        s = "0" + s
-    sides = s.split("=")
-    if len(sides) == 2 and len(sides[0]) <= 2:
-        s = sides[1]
+    s = _leading_zero_and_no_short_lhs(s)
     s = re.sub(r"\\sqrt(\w+)", r"\\sqrt{\1}", s).replace(" ", "")
     s = _fix_fracs(s, short_raises=True)
     return _slash_to_frac(s)
@@ -453,11 +458,7 @@ def _hendrycks_strip(s: str) -> str:
     s = s.replace("\\%", "").replace("%", "").replace(" .", " 0.").replace("{.", "{0.")
     if not s:
         return s
-    if s[0] == ".":
-        s = "0" + s
-    sides = s.split("=")
-    if len(sides) == 2 and len(sides[0]) <= 2:
-        s = sides[1]
+    s = _leading_zero_and_no_short_lhs(s)
     if "\\sqrt" in s:
         head, *parts = s.split("\\sqrt")
         s = head + "".join("\\sqrt" + (p if p[0] == "{" else "{" + p[0] + "}" + p[1:]) for p in parts)

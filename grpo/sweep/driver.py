@@ -56,7 +56,7 @@ from grpo.sweep.space import SearchSpace, format_params
 from grpo.sweep.spec import STUDY_NAME, SweepSpec
 from grpo.sweep.study_store import StudyStore, open_study
 from grpo.sweep.trial_builder import TrialBuilder, TrialPlan, adopted_history
-from grpo.sweep.trial_storage import local_folder, stored_tail, study_location
+from grpo.sweep.trial_storage import local_folder, stored_tail
 from grpo.sweep.worker import Event
 
 POLL_S = 0.05
@@ -283,7 +283,7 @@ class _Driver:
         self.infeasible_in_a_row = self.duplicates_in_a_row = 0
         self.stage_started = False  # this run has enqueued what the confirmation stage lacked
         self.io_error: OSError | None = None  # the driver could not write (storage or trial files)
-        stored = study_location(spec.trial_storage, spec.study) if spec.trial_storage else None
+        stored = builder.storage  # the study's folder in trial storage (None without it)
         # A local trial storage is reached through each trial folder's `runs` link; an object store directly.
         remote = stored if stored is not None and local_folder(stored) is None else None
         self.retention = Retention(spec.keep_final_checkpoints, spec.study_dir, stored=remote)

@@ -322,10 +322,7 @@ class TrialStorage:
         ckpt = self.path(run, CHECKPOINT_DIR)
         if self.fs.get_file_info(ckpt).type != pafs.FileType.Directory:
             return False
-        try:
-            self.fs.delete_dir(ckpt)
-        except pyarrow.ArrowException as err:
-            raise OSError(str(err)) from None
+        self._delete(ckpt, quiet=False)
         return True
 
     def _copy_up(self, source: Path, destination: str) -> None:
@@ -341,15 +338,17 @@ class TrialStorage:
             fh.write(text.encode())
         self.fs.move(tmp, final)
 
-    def _delete(self, path: str) -> None:
+    def _delete(self, path: str, quiet: bool = True) -> None:
+        """Remove a file or folder; errors are ignored when ``quiet``, else raised as OSError."""
         try:
             info = self.fs.get_file_info(path)
             if info.type == pafs.FileType.Directory:
                 self.fs.delete_dir(path)
             elif info.type == pafs.FileType.File:
                 self.fs.delete_file(path)
-        except (OSError, pyarrow.ArrowException):
-            pass
+        except (OSError, pyarrow.ArrowException) as err:
+            if not quiet:
+                raise OSError(str(err)) from None
 
 
 def _open(location: str) -> tuple[pafs.FileSystem, str]:
