@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("target", help="sweep spec (sweeps/*.yaml), config name or config path")
     val.add_argument("overrides", nargs="*", help="Hydra overrides (configs only), e.g. rl_config.clip_ratio=0.3")
     val.add_argument("--section", help="print only this config section, e.g. rl_config")
+    val.add_argument(
+        "--backend",
+        choices=("embedded", "mindspeed"),
+        default="embedded",
+        help="configs only: the backend whose launch checks apply (default embedded: what the engine would not "
+        "carry out is an error; mindspeed: MindSpeed-RL's own launch checks)",
+    )
 
     st = sub.add_parser("status", help="table of the study's trials")
     st.add_argument("spec")
@@ -102,8 +109,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
             return validate_spec(args)
         from grpo.config import cli_validate
+        from grpo.sweep.backends.embedded import EmbeddedBackend  # no torch: the engine's config check only
+        from grpo.sweep.backends.mindspeed_rules import launch_rule_problems
 
-        return cli_validate(args.target, args.overrides, section=args.section)
+        check = EmbeddedBackend().check if args.backend == "embedded" else launch_rule_problems
+        return cli_validate(args.target, args.overrides, section=args.section, check=check)
     from grpo.sweep import commands
 
     return getattr(commands, f"cmd_{args.command}")(args)

@@ -84,11 +84,39 @@ CASES: dict[str, list[tuple[str, list[str], str]]] = {
     "group_norm_needs_two_samples": [("tiny", ["rl_config.n_samples_per_prompt=1", f"{MBS}=1"],
                                       "rl_config.n_samples_per_prompt=1 must be >= 2 with "
                                       "rl_config.adv_estimator=group_norm")],
+    "token_level_loss_agrees_with_loss_agg_mode": [
+        ("tiny", ["rl_config.token_level_loss=false", "engine.loss_agg_mode=token-mean"],
+         "engine.loss_agg_mode=token-mean contradicts rl_config.token_level_loss=false (true means token-mean, "
+         "false a seq-mean mode); set only one of them"),
+        ("tiny", ["rl_config.token_level_loss=true", "engine.loss_agg_mode=seq-mean-token-sum-norm"],
+         "engine.loss_agg_mode=seq-mean-token-sum-norm contradicts rl_config.token_level_loss=true (true means "
+         "token-mean, false a seq-mean mode); set only one of them"),
+    ],
+    # mindspeed_rl/config_cls/validate_config.py validate_rl_args: "clip_ratio_low ... must less than clip_ratio_high"
+    "clip_higher_ratios": [
+        ("tiny", ["rl_config.clip_higher_enable=true", "rl_config.clip_ratio_low=0.3", "rl_config.clip_ratio_high=0.2"],
+         "rl_config.clip_ratio_low=0.3 must be <= rl_config.clip_ratio_high=0.2 with "
+         "rl_config.clip_higher_enable=true (MindSpeed-RL's validate_rl_args)"),
+        ("tiny", ["rl_config.clip_higher_enable=true", "rl_config.clip_ratio_low=1.0", "rl_config.clip_ratio_high=2"],
+         "rl_config.clip_ratio_low: must be >= 0 and < 1 with rl_config.clip_higher_enable=true (got 1.0)"),
+        ("tiny", ["rl_config.clip_higher_enable=true", "rl_config.clip_ratio_high=null"],
+         "rl_config.clip_ratio_high: must be >= 0 with rl_config.clip_higher_enable=true (got None)"),
+    ],
     "wandb_needs_project": [("tiny", ["rl_config.use_wandb=true"],
                              "rl_config.use_wandb=true needs rl_config.wandb_project (got '')")],
     # mindspeed_rl/utils/loggers.py, WandbLogger._init_wandb: "Please specify the wandb experiment name!"
     "wandb_needs_exp_name": [("tiny", ["rl_config.use_wandb=true", "rl_config.wandb_project=grpo"],
                               "rl_config.use_wandb=true needs rl_config.wandb_exp_name (got '')")],
+    # mindspeed_rl/utils/loggers.py, SwanLabLogger._init_swanlab: nothing logged without a project or a valid mode,
+    # "Please specify the swanlab experiment name!" without a name
+    "swanlab_settings": [
+        ("tiny", ["rl_config.use_swanlab=true"], "rl_config.use_swanlab=true needs rl_config.swanlab_project (got '')"),
+        ("tiny", ["rl_config.use_swanlab=true", "rl_config.swanlab_project=p"],
+         "rl_config.use_swanlab=true needs rl_config.swanlab_exp_name (got '')"),
+        ("tiny", ["rl_config.use_swanlab=true", "rl_config.swanlab_project=p", "rl_config.swanlab_exp_name=e"],
+         "rl_config.swanlab_mode must be one of cloud, local, offline, disabled with rl_config.use_swanlab=true "
+         "(got '')"),
+    ],
     "min_lr_not_above_lr": [("tiny", ["actor_config.min_lr=1e-3"],
                              "actor_config.min_lr=0.001 is larger than actor_config.lr=0.0001")],
     "recompute_method_needs_full": [

@@ -113,7 +113,7 @@ def test_token_mean_weighs_every_token_alike():
     assert logp.grad[0].tolist() == pytest.approx([-1 / 5, 0, 0, 0])
     assert logp.grad[1].tolist() == pytest.approx([1 / 5] * 4)
     with pytest.raises(ValueError, match="unknown loss_agg_mode"):
-        grpo_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), mask, 0.2, agg="seq-mean-token-sum")
+        grpo_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), mask, 0.2, agg="token-sum")
 
 
 def test_kl_and_entropy_terms_enter_the_loss_with_their_weights():

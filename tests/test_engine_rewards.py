@@ -17,6 +17,7 @@ import yaml
 
 from grpo.config import load_config
 from grpo.engine import check_config, rewards
+from grpo.engine.rewards import _registry, _sympy
 
 TABLE = yaml.safe_load((Path(__file__).parent / "data" / "reward_parity.yaml").read_text())
 GOOD = "<think>7+8=15</think><answer>\\boxed{85}</answer>"
@@ -59,7 +60,7 @@ def test_parity(verifier, label, response, expected, monkeypatch):
     # The table was made with MindSpeed-RL's timeout raised to timeout_s (on a loaded 2-core machine a 1 s bound
     # decides by speed, there and here). 10 s here: the other cases need well under 1 s unloaded, the one that
     # hangs times out either way. The 1 s bound has its own test below.
-    monkeypatch.setattr(rewards, "SYMPY_SECONDS", min(10.0, float(TABLE["source"]["timeout_s"])))
+    monkeypatch.setattr(_sympy, "SYMPY_SECONDS", min(10.0, float(TABLE["source"]["timeout_s"])))
     if verifier not in rewards.VERIFIERS:
         assert verifier == "math_verify_reward"
         pytest.skip("the math-verify package is not installed here (math_verify_reward is scored only with it)")
@@ -88,6 +89,7 @@ def test_a_response_whose_sympy_check_hangs_scores_zero_within_the_time_bound():
     start = time.monotonic()
     assert rewards.acc("<answer>\\boxed{9^{9^{9^{9}}}}</answer>", "1") == 0.0
     assert time.monotonic() - start < 5
+    _sympy._CACHE.clear()  # asked, not remembered:
     assert rewards.acc("<answer>\\boxed{\\frac{1}{2}}</answer>", "0.5") == 1.0  # a fresh child answers again
 
 
@@ -166,3 +168,26 @@ def test_the_mindspeed_only_verifier_retool_reward_is_still_refused():
     )
     (problem,) = check_config(cfg)
     assert "does not score retool_reward" in problem
+
+
+def test_the_registry_loads_optional_verifiers_on_first_lookup_and_refuses_a_second_registration():
+    registry = _registry.VerifierRegistry()
+    loaded: list[str] = []
+
+    def present() -> _registry.Verifier:
+        loaded.append("present")
+        return lambda text, label: 1.0
+
+    def missing() -> None:
+        loaded.append("missing")  # its package does not import
+
+    registry.register("plain", rewards.step)
+    registry.register_optional("present", present)
+    registry.register_optional("missing", missing)
+    assert loaded == []  # nothing imported until someone looks
+    assert list(registry) == ["plain", "present"] and "missing" not in registry
+    assert sorted(loaded) == ["missing", "present"]
+    assert registry["present"]("x", "1") == 1.0 and len(loaded) == 2  # loaded once
+    with pytest.raises(ValueError, match="registered already"):
+        registry.register("plain", rewards.acc)
+    assert rewards.VERIFIERS["acc_for_ppo"] is rewards.VERIFIERS["math_17k_acc"]  # one function, two names

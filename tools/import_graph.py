@@ -10,6 +10,7 @@ reader. The layering is DESIGN.md's one-way flow (spec -> config + search space 
 backend -> metrics -> storage -> report), as packages:
 
     grpo.errors, grpo._fs          the bottom: no grpo imports
+    grpo._yaml                     the guarded YAML loader (imports grpo.errors only)
     grpo.config                    schema, composition, rules
     grpo.engine, grpo.plan         the trainer; the memory planner (a leaf: estimate(cfg))
     grpo.report                    reads study storage and trial dirs only (no config composition)
@@ -33,11 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOWED: dict[str, set[str]] = {
     "grpo.errors": set(),
     "grpo._fs": set(),
-    "grpo.config": {"grpo.errors", "grpo._fs"},
-    "grpo.engine": {"grpo.config", "grpo.errors", "grpo._fs"},
+    "grpo._yaml": {"grpo.errors"},  # the guarded YAML loader, under everything that reads a user's YAML
+    "grpo.config": {"grpo.errors", "grpo._fs", "grpo._yaml"},
+    "grpo.engine": {"grpo.config", "grpo.errors", "grpo._fs", "grpo._yaml"},
     "grpo.plan": {"grpo.config", "grpo.errors"},
-    "grpo.report": {"grpo.errors", "grpo._fs"},
-    "grpo.sweep": {"grpo.config", "grpo.engine", "grpo.plan", "grpo.report", "grpo.errors", "grpo._fs"},
+    "grpo.report": {"grpo.errors", "grpo._fs", "grpo._yaml"},
+    "grpo.sweep": {"grpo.config", "grpo.engine", "grpo.plan", "grpo.report", "grpo.errors", "grpo._fs", "grpo._yaml"},
     "grpo.cli": {"grpo.sweep", "grpo.config", "grpo.errors"},
 }
 

@@ -9,7 +9,8 @@ A file given by path searches its own folder first, then the search path (Hydra'
 
 Overrides use Hydra's grammar. A plain ``a.b=v`` sets the key whether or not the YAML spells it (it
 is sent to Hydra as ``++a.b=v``; the schema then rejects unknown keys with a did-you-mean), and
-``layout=NAME`` works whether or not the defaults list names a layout (``+layout=NAME`` when absent).
+``layout=NAME`` and ``algorithm=NAME`` (``configs/algorithm/``: grpo, dapo, dr_grpo, gspo) work whether or
+not the defaults list names the group (``+layout=NAME`` when absent).
 As in Hydra, config-group overrides are applied first and key overrides after them, so
 ``layout=tp2_pp2 actor_config.micro_batch_size=4`` keeps the explicit micro batch size.
 Every failure a user can cause ends as one ``UserError`` whose ``problems`` lists every line.
@@ -39,6 +40,7 @@ import yaml
 from omegaconf import OmegaConf, open_dict
 from pydantic import ValidationError
 
+from grpo._yaml import parse_yaml_text, read_text_file
 from grpo.config.canonical import canonicalize
 from grpo.config.messages import validation_problems
 from grpo.config.rules import check_rules
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
 
 LAYOUT_GROUP = "layout"
+ALGORITHM_GROUP = "algorithm"  # configs/algorithm/: grpo, dapo, dr_grpo, gspo
+PRESET_GROUPS = (LAYOUT_GROUP, ALGORITHM_GROUP)  # picked whether or not the defaults list names them
 MODEL_GROUP = "model"
 # Second spellings the schema accepts; an override of one must set the key the YAML spells.
 KEY_ALIASES = {"rl_config.shuffle_minibatch": "rl_config.shuffle_mini_batch"}
@@ -142,10 +146,14 @@ def resolve_target(target: str | os.PathLike[str], config_dir: ConfigDirs = None
     text = str(target)
     if _looks_like_path(text):
         path = Path(text).expanduser()
+        if path.is_dir():
+            raise UserError(f"{text}: is a folder, not a config file")
         if not path.is_file():
             raise UserError(f"{text}: no such config file")
         return path.resolve()
     found = find_config(text, config_dir)
+    if found is None and Path(text).expanduser().is_dir():
+        raise UserError(f"{text}: is a folder, not a config file")
     if found is None:
         where = ", ".join(_display(d) for d in config_search_path(config_dir))
         names = config_names(config_dir)
@@ -166,22 +174,18 @@ def _read(path: Path) -> bytes | None:
 
 
 def _load_yaml(path: Path) -> Any:
-    """Parse one YAML file; a syntax error becomes ``FILE:LINE: YAML syntax error: ...``.
+    """Parse one YAML file through the project's guard (``grpo._yaml``); a syntax error becomes
+    ``FILE:LINE: YAML syntax error: ...``.
 
     Results are cached by file content and shared: treat them as read-only.
     """
-    content = path.read_bytes()
+    source = _display(path)
+    content = read_text_file(path, source, kind="config").encode()  # a folder, a 20 MB file, UTF-16: one line
     key = (path, content)
     cached = _PARSED.get(key)
     if cached is not None:
         return cached[0]
-    try:
-        data = yaml.safe_load(content)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{_display(path)}:{mark.line + 1}" if mark is not None else _display(path)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"{where}: YAML syntax error: {problem}") from None
+    data = parse_yaml_text(content.decode(), source, kind="config")  # the guard: Hydra would expand a bomb
     _PARSED.put(key, (data,))
     return data
 
@@ -203,6 +207,17 @@ def _check_group_options(group: str, value: Any, dirs: Sequence[Path], source: s
 def _defaults(primary: Any) -> list[Any]:
     defaults = primary.get("defaults", []) if isinstance(primary, dict) else []
     return list(defaults or [])
+
+
+def _named_groups(primary: Any) -> list[str]:
+    """The config groups the defaults list of ``primary`` names (``- model: tiny_qwen`` -> model)."""
+    groups = [
+        str(k).lstrip("/+").removeprefix("override ").lstrip("/").split("@")[0]
+        for e in _defaults(primary)
+        if isinstance(e, dict)
+        for k in e
+    ]
+    return list(dict.fromkeys(g for g in groups if g and not g.startswith("hydra")))
 
 
 def _defaults_has_group(primary: Any, group: str) -> bool:
@@ -243,7 +258,7 @@ def _plan(overrides: Sequence[str], primary: Any, source: str, dirs: Sequence[Pa
     from hydra.errors import OverrideParseException
 
     parser = _parser()
-    groups = (MODEL_GROUP, LAYOUT_GROUP)
+    groups = (MODEL_GROUP, *PRESET_GROUPS)
     out: list[_Planned] = []
     for text in overrides:
         try:
@@ -262,15 +277,15 @@ def _plan(overrides: Sequence[str], primary: Any, source: str, dirs: Sequence[Pa
             # a Hydra app's multirun (grpo-train): each job's option is checked when that job is composed
             plus = (
                 "+"
-                if key == LAYOUT_GROUP and not text.startswith("+") and not _defaults_has_group(primary, key)
+                if key in PRESET_GROUPS and not text.startswith("+") and not _defaults_has_group(primary, key)
                 else ""
             )
             out.append(_Planned(plus + text, hydra_only=True))
         elif key in groups and override.type in (OverrideType.CHANGE, OverrideType.ADD):
             _check_group_options(key, override.value(), dirs, source)
-            if key == LAYOUT_GROUP:
-                plus = "" if _defaults_has_group(primary, LAYOUT_GROUP) else "+"
-                out.append(_Planned(f"{plus}{LAYOUT_GROUP}={override.value()}"))
+            if key in PRESET_GROUPS:
+                plus = "" if _defaults_has_group(primary, key) else "+"
+                out.append(_Planned(f"{plus}{key}={override.value()}"))
             else:
                 out.append(_Planned(text))
         elif override.type == OverrideType.CHANGE and override.package is None and not key.startswith("hydra."):
@@ -300,7 +315,7 @@ class _Composed:
     inputs: tuple[tuple[Path, bytes | None], ...]
     groups: tuple[str, ...]
     container: dict[str, Any]
-    layout: str | None
+    picked: tuple[tuple[str, str], ...]  # (group, option) of the preset groups chosen
 
 
 def _inputs(
@@ -354,6 +369,11 @@ def _one_line(source: str, err: Exception) -> str:
     return f"{source}: {' '.join(lines[:3])}"
 
 
+def _picked(choices: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The preset groups' options Hydra chose (``layout``, ``algorithm``), set as top-level keys of the config."""
+    return tuple((g, str(choices[g])) for g in PRESET_GROUPS if choices.get(g) is not None)
+
+
 def _compose(path: Path, primary: Any, planned: list[_Planned], dirs: Sequence[Path], source: str) -> dict[str, Any]:
     """Hydra compose (cached, see the module docstring); the resolved plain dict with ``layout`` set."""
     from omegaconf.errors import OmegaConfBaseException
@@ -376,7 +396,7 @@ def _compose(path: Path, primary: Any, planned: list[_Planned], dirs: Sequence[P
                 container = OmegaConf.to_container(cfg, resolve=False)
                 assert isinstance(container, dict)
                 plain = {str(k): v for k, v in container.items()}
-                entry = _Composed(_inputs(path, primary, dirs, groups), groups, plain, choices.get(LAYOUT_GROUP))
+                entry = _Composed(_inputs(path, primary, dirs, groups), groups, plain, _picked(choices))
                 _COMPOSED.put(key, entry)
     try:
         if entry is not None:  # the key overrides, as Hydra applies `++a.b=v`
@@ -389,9 +409,7 @@ def _compose(path: Path, primary: Any, planned: list[_Planned], dirs: Sequence[P
     except OmegaConfBaseException as err:
         raise UserError(_one_line(source, err)) from None
     assert isinstance(data, dict)
-    layout = entry.layout if entry is not None else choices.get(LAYOUT_GROUP)
-    if layout is not None:
-        data[LAYOUT_GROUP] = layout
+    data.update(entry.picked if entry is not None else _picked(choices))
     return {str(k): v for k, v in data.items()}
 
 
@@ -437,8 +455,13 @@ def load_config(
     if primary is not None and not isinstance(primary, dict):
         raise UserError(f"{source}: must be a mapping of sections (got {type(primary).__name__})")
     dirs = _search_dirs(path, config_dir)
-    for group in (MODEL_GROUP, LAYOUT_GROUP):  # syntax errors in group files get their line number too
+    for group in (MODEL_GROUP, *PRESET_GROUPS):  # syntax errors in group files get their line number too
         for option in sorted(set(_group_files(dirs, group))):
             _load_yaml(option)
+    named = [o.lstrip("+~").partition("=")[0].split("@")[0] for o in overrides if "=" in o]
+    groups = [*_named_groups(primary), *(g for g in named if "." not in g and any((d / g).is_dir() for d in dirs))]
+    for other, _ in _inputs(path, primary, dirs, groups):  # every file Hydra may read goes through the guard
+        if other.is_file():
+            _load_yaml(other)
     planned = _plan(list(overrides), primary, source, dirs)
     return config_from_dict(_compose(path, primary, planned, dirs, source), source)

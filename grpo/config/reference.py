@@ -237,12 +237,14 @@ def long_tail_section() -> str:
 
 def generate() -> str:
     """The whole reference document."""
-    top = GRPOConfig.model_fields["layout"]
+    top, algo = GRPOConfig.model_fields["layout"], GRPOConfig.model_fields["algorithm"]
     parts = [INTRO, rules_section()]
     parts += [section_table(prefix, model) for prefix, model in TABLES]
     parts.append(
         "## top level\n\n| key | type | default | allowed | description |\n|---|---|---|---|---|\n"
         f"| `layout` | {_type_name(top.annotation)} | null | a file in `configs/layout/` | {top.description} |\n"
+        f"| `algorithm` | {_type_name(algo.annotation)} | null | a file in `configs/algorithm/` "
+        f"| {algo.description} |\n"
     )
     parts.append(long_tail_section())
     return "\n".join(parts)

@@ -276,6 +276,40 @@ def group_norm_needs_two_samples(cfg: GRPOConfig) -> str | None:
     return None
 
 
+def token_level_loss_agrees_with_loss_agg_mode(cfg: GRPOConfig) -> str | None:
+    """rl_config.token_level_loss (MindSpeed-RL: true token-mean, false seq-mean-token-mean) and
+    engine.loss_agg_mode (verl's modes), when both are given, name the same kind of mean."""
+    mode, rl = cfg.engine.loss_agg_mode, cfg.rl_config
+    token_level = getattr(rl, "token_level_loss", None)  # a long-tail key: typed by the manifest
+    if mode is None or token_level is None or "token_level_loss" not in rl.model_fields_set:
+        return None
+    if bool(token_level) != (mode == "token-mean"):
+        return (
+            f"engine.loss_agg_mode={mode} contradicts rl_config.token_level_loss={str(token_level).lower()} "
+            f"(true means token-mean, false a seq-mean mode); set only one of them"
+        )
+    return None
+
+
+def clip_higher_ratios(cfg: GRPOConfig) -> str | None:
+    """clip_higher_enable: 0 <= clip_ratio_low < 1, clip_ratio_high >= 0, and low <= high
+    (MindSpeed-RL's validate_rl_args refuses low > high)."""
+    rl = cfg.rl_config
+    if not getattr(rl, "clip_higher_enable", None):
+        return None
+    low, high = getattr(rl, "clip_ratio_low", None), getattr(rl, "clip_ratio_high", None)
+    if not isinstance(low, int | float) or not 0 <= low < 1:
+        return f"rl_config.clip_ratio_low: must be >= 0 and < 1 with rl_config.clip_higher_enable=true (got {low})"
+    if not isinstance(high, int | float) or high < 0:
+        return f"rl_config.clip_ratio_high: must be >= 0 with rl_config.clip_higher_enable=true (got {high})"
+    if low > high:
+        return (
+            f"rl_config.clip_ratio_low={low} must be <= rl_config.clip_ratio_high={high} with "
+            f"rl_config.clip_higher_enable=true (MindSpeed-RL's validate_rl_args)"
+        )
+    return None
+
+
 def wandb_needs_project(cfg: GRPOConfig) -> str | None:
     """use_wandb needs a wandb_project name (MindSpeed-RL requires it)."""
     rl = cfg.rl_config
@@ -289,6 +323,40 @@ def wandb_needs_exp_name(cfg: GRPOConfig) -> str | None:
     rl = cfg.rl_config
     if rl.use_wandb and rl.wandb_project and not rl.wandb_exp_name:
         return "rl_config.use_wandb=true needs rl_config.wandb_exp_name (got '')"
+    return None
+
+
+SWANLAB_MODES = ("cloud", "local", "offline", "disabled")  # swanlab.init's modes
+
+
+def swanlab_settings(cfg: GRPOConfig) -> str | None:
+    """use_swanlab needs swanlab_project, swanlab_exp_name and a swanlab_mode, and SwanLab installed:
+    MindSpeed-RL's SwanLabLogger (mindspeed_rl/utils/loggers.py) logs nothing without a project, raises
+    without a name, and swanlab.init refuses an empty mode (MindSpeed-RL only warns: nothing is logged)."""
+    rl = cfg.rl_config
+    if not getattr(rl, "use_swanlab", False):
+        return None
+    for key in ("swanlab_project", "swanlab_exp_name"):
+        if not getattr(rl, key, ""):
+            return f"rl_config.use_swanlab=true needs rl_config.{key} (got '')"
+    mode = getattr(rl, "swanlab_mode", "")
+    if mode not in SWANLAB_MODES:
+        modes = ", ".join(SWANLAB_MODES)
+        return f"rl_config.swanlab_mode must be one of {modes} with rl_config.use_swanlab=true (got {mode!r})"
+    missing = swanlab_missing(mode)
+    return f"rl_config.use_swanlab=true with swanlab_mode={mode}: {missing}" if missing else None
+
+
+def swanlab_missing(mode: str) -> str | None:
+    """What SwanLab in ``mode`` needs that is not installed (also the sweep spec's ``tracking.swanlab``)."""
+    import importlib.util
+
+    if mode == "off":
+        return None
+    if importlib.util.find_spec("swanlab") is None:
+        return "needs SwanLab: pip install 'grpo-sweep[swanlab]'"
+    if mode == "local" and importlib.util.find_spec("swanboard") is None:
+        return "local mode needs SwanLab's dashboard: pip install 'swanlab[dashboard]'"
     return None
 
 
@@ -395,8 +463,11 @@ RULES: tuple[Rule, ...] = (
     mini_batch_divisible_by_dp_micro_batches,
     verifier_lengths_match,
     group_norm_needs_two_samples,
+    token_level_loss_agrees_with_loss_agg_mode,
+    clip_higher_ratios,
     wandb_needs_project,
     wandb_needs_exp_name,
+    swanlab_settings,
     min_lr_not_above_lr,
     recompute_method_needs_full,
     max_model_len_leaves_room_for_a_response,

@@ -559,14 +559,32 @@ class EngineConfig(Section):
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs by a forward pass (MindSpeed-RL) instead of the sampler's own."
     )
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean"] = Field(
-        "token-mean",
+    loss_agg_mode: (
+        Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] | None
+    ) = Field(
+        None,
         description=(
-            "How the embedded engine averages the GRPO loss (verl's names). token-mean is MindSpeed-RL's GRPO "
-            "loss: the mean over every response token of the micro batch, each micro batch's loss divided by "
-            "the number of micro batches, as Megatron does (so it depends on micro_batch_size). "
-            "seq-mean-token-mean is the GRPO paper's 1/G sum_i 1/|o_i| sum_t (each response weighs the same), "
-            "the engine's old default."
+            "How the embedded engine averages the GRPO loss (verl's names); null = rl_config.token_level_loss "
+            "decides (true: token-mean, false: seq-mean-token-mean), as MindSpeed-RL does. token-mean is "
+            "MindSpeed-RL's GRPO loss: the mean over every response token of the micro batch, each micro batch's "
+            "loss divided by the number of micro batches, as Megatron does (so it depends on micro_batch_size). "
+            "The seq-mean modes average responses: of their token mean (the GRPO paper), token sum, or token sum "
+            "/ max_tokens (Dr. GRPO). Backend mindspeed: token-mean only."
+        ),
+    )
+    policy_loss: Literal["vanilla", "gspo"] = Field(
+        "vanilla",
+        description=(
+            "Policy loss of the embedded engine: vanilla = PPO's clipped token ratio (MindSpeed-RL's), gspo = GSPO's "
+            "sequence-level ratio and clip (use tiny clip ratios, e.g. clip_ratio_low 3e-4, clip_ratio_high 4e-4). "
+            "Backend mindspeed: vanilla only."
+        ),
+    )
+    advantage_estimator: Literal["group_norm", "group_norm_no_std"] = Field(
+        "group_norm",
+        description=(
+            "Advantages of the embedded engine: group_norm = (r - group mean) / group std (MindSpeed-RL's), "
+            "group_norm_no_std = r - group mean (Dr. GRPO). Backend mindspeed: group_norm only."
         ),
     )
     keep_checkpoints: int | None = Field(
@@ -581,6 +599,10 @@ class EngineConfig(Section):
     )
     wandb_group: str | None = Field(
         None, description="W&B run group (a sweep sets its study name, so a study's runs are grouped)."
+    )
+    swanlab_group: str | None = Field(
+        None,
+        description="SwanLab experiment group when rl_config.use_swanlab (a sweep sets its study name); also a tag.",
     )
     trial_params: dict[str, Any] | None = Field(
         None,
@@ -623,6 +645,9 @@ class GRPOConfig(BaseModel):
         description="grpo-sweep's embedded-engine settings.",
     )
     layout: str | None = Field(None, description="Name of the configs/layout entry applied (null = none).")
+    algorithm: str | None = Field(
+        None, description="Name of the configs/algorithm preset applied (grpo, dapo, dr_grpo, gspo; null = none)."
+    )
 
     # The file the config was composed from, as messages name it (set by load_config / config_from_dict).
     _source: str = PrivateAttr(default="config")

@@ -1,12 +1,15 @@
 """``grpo-sweep validate CONFIG [OVERRIDE ...]``: print the resolved config and its derived layout.
 
 Exit 0 after printing; every user mistake propagates as a UserError, which the CLI prints as one
-``error:`` line per problem with exit code 2.
+``error:`` line per problem with exit code 2. ``check`` is the backend's own check (``grpo-sweep`` passes the
+embedded engine's unless ``--backend mindspeed``): a config it would not carry out is an error too. Overridden
+keys that the config keeps from changing training (``inert.lint``) are ``warning:`` lines on stderr.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
@@ -15,6 +18,7 @@ from rich.table import Table
 
 from grpo.config.compose import load_config
 from grpo.config.derived import Derived, derive
+from grpo.config.inert import lint, override_keys
 from grpo.config.schema import GRPOConfig
 from grpo.errors import UserError
 
@@ -47,9 +51,19 @@ def layout_table(cfg: GRPOConfig, derived: Derived) -> Table:
     return table
 
 
-def cli_validate(target: str, overrides: Sequence[str] = (), section: str | None = None) -> int:
-    """Load, check and print ``target`` (with ``overrides``); 0 when it is valid."""
+def cli_validate(
+    target: str,
+    overrides: Sequence[str] = (),
+    section: str | None = None,
+    check: Callable[[GRPOConfig], list[str]] | None = None,
+) -> int:
+    """Load, check and print ``target`` (with ``overrides``); 0 when it is valid (and ``check`` finds nothing)."""
     cfg = load_config(target, overrides=list(overrides))
+    problems = check(cfg) if check is not None else []
+    if problems:
+        raise UserError(problems[0], problems)
+    for line in lint(cfg, override_keys(overrides)):
+        print(f"warning: {cfg._source}: {line}", file=sys.stderr)
     data = select_section(cfg, section) if section else cfg.to_dict()
     text = yaml.safe_dump(data, sort_keys=False).removesuffix("...\n")
     console = Console(soft_wrap=True)

@@ -5,7 +5,7 @@
     summary = train(cfg, run_dir=Path("runs/one"), callback=lambda it, metrics: None)
 
 Read top to bottom: model.py (the network), tokenizer.py, hf_checkpoint.py (HF folders), data.py (task and
-datasets), rewards.py (verifiers), rollout.py (sampling), loss.py (GRPO math), warm_start.py,
+datasets), rewards/ (verifiers), rollout.py (sampling), loss.py (GRPO math), warm_start.py,
 checkpoint.py, metrics.py, check.py (what the engine refuses), trainer.py (the loop), cli.py (the
 `grpo-train` Hydra app). See docs/engine.md.
 ``train`` and ``TrainingDiverged`` are imported lazily, so ``check_config`` and ``grpo-train``'s checks

@@ -12,9 +12,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from grpo.config import GRPOConfig, ModelConfig
+from grpo.engine.coverage import refusals
 from grpo.engine.data import ArithmeticTask
+from grpo.engine.lora import config_problems as lora_config_problems
 from grpo.engine.rewards import VERIFIERS
 from grpo.engine.tokenizer import build_task_tokenizer
+from grpo.engine.variants import problems as variant_problems
 
 VERIFIER_NAMES = tuple(VERIFIERS)
 
@@ -45,6 +48,7 @@ def _unbuilt_architecture(mc: ModelConfig) -> list[tuple[str, str]]:
         ("position_embedding_type", mc.position_embedding_type, "rope"),
         ("normalization", mc.normalization, "RMSNorm"),
         ("swiglu", mc.swiglu, True),
+        ("disable_bias_linear", mc.disable_bias_linear, True),  # Qwen2: biases on q, k, v only
     ):
         if value != needed:
             out.append((key, f"{value} (Qwen2 needs {needed}); {qwen2}"))
@@ -90,6 +94,16 @@ def check_config(cfg: GRPOConfig) -> list[str]:
             f"{source}: model.{actor.model}.{key}: RoPE scaling ({scaling or 'factor ' + str(factor)}) is not "
             f"applied by the embedded engine; remove it or use backend: mindspeed"
         )
+
+    problems += lora_config_problems(cfg)  # LoRA through peft (lora.py): targets, rank, alpha, peft installed
+    problems += variant_problems(cfg)  # dynamic sampling, overlong shaping, dropout (variants.py)
+
+    # Keys of the coverage table the engine does not carry out (docs/keys.md), set to another value than the one
+    # it does: the line names the key and the backend that applies it.
+    problems += [
+        f"{source}: {path}: {why}; the embedded engine does not apply it (backend: mindspeed does)"
+        for path, why in refusals(cfg)
+    ]
 
     builtin = not mt.tokenizer_name_or_path and not actor.load  # else a tokenizer.json decides (checked at start)
     arithmetic = eng.task == "arithmetic"

@@ -10,6 +10,10 @@ Layout of ``actor_config.save``::
         rng.pt                  python / numpy / torch / sampling-generator states (absent with no_save_rng)
         trainer_state.json      iteration, consumed prompts, optimizer steps, KL coefficient
 
+A LoRA run (``lora_target_modules``, see ``lora.py``) writes its weights with ``lora.save_lora`` instead:
+``adapter/`` (peft's adapter folder) and ``lora.json`` always; ``model.safetensors`` (merged) and
+``reference.safetensors`` (the base) unless ``lora_ckpt_filter``. ``optim.pt`` then holds the adapters' state.
+
 A checkpoint is first written to a hidden ``.tmp-iter_...`` folder next to its final place and renamed when
 complete, and the ``latest`` file is replaced after that, so a crash (even SIGKILL) at any moment leaves
 either the previous checkpoint or the new one, never half of one.
@@ -21,6 +25,7 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +33,7 @@ import numpy as np
 import torch
 
 from grpo._fs import CHECKPOINT_TRACKER, atomic_write_text, checkpoint_iteration
+from grpo.engine import lora as lora_mod
 from grpo.engine.hf_checkpoint import is_hf_folder, load_weights, save_weights
 from grpo.engine.model import Qwen2
 from grpo.engine.tokenizer import Tokenizer
@@ -71,16 +77,18 @@ def save_checkpoint(
     root: Path,
     state: TrainerState,
     policy: Qwen2,
-    reference: Qwen2,
+    reference: Qwen2 | None,  # None with write_weights
     tokenizer: Tokenizer,
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
     save_optim: bool = True,
     save_rng: bool = True,
     keep: int | None = None,
+    write_weights: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write iteration ``state.iteration`` under ``root``; returns its folder. With ``keep``, only the
-    newest ``keep`` iteration folders stay (older ones are removed once the new one is complete)."""
+    newest ``keep`` iteration folders stay (older ones are removed once the new one is complete).
+    ``write_weights(folder)`` replaces the policy and reference files (a LoRA run's ``lora.save_lora``)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = iter_dir(root, state.iteration)
@@ -89,8 +97,12 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        save_weights(policy, tmp, eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
-        save_weights(reference, tmp, filename="reference.safetensors", write_config=False)
+        if write_weights is not None:
+            write_weights(tmp)
+        else:
+            assert reference is not None
+            save_weights(policy, tmp, eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
+            save_weights(reference, tmp, filename="reference.safetensors", write_config=False)
         tokenizer.save(tmp)
         if save_optim:
             torch.save(optimizer.state_dict(), tmp / "optim.pt")
@@ -140,6 +152,7 @@ class Loaded:
     has_reference: bool
     optim_file: Path | None
     rng_file: Path | None
+    lora: dict | None = None  # lora.json of a LoRA run's checkpoint
 
 
 def describe_load(path: Path) -> Loaded:
@@ -160,6 +173,7 @@ def describe_load(path: Path) -> Loaded:
             (folder / "reference.safetensors").is_file(),
             optim if optim.is_file() else None,
             rng if rng.is_file() else None,
+            lora_mod.read_meta(folder),
         )
     if is_hf_folder(path):
         return Loaded(path, None, False, None, None)

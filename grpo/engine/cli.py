@@ -162,6 +162,8 @@ def jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
 def precheck(argv: list[str]) -> None:
     """Compose and validate every job before Hydra runs; UserError lists the problems."""
     from grpo.config import load_config
+    from grpo.config.inert import lint, override_keys
+    from grpo.engine.check import check_config
 
     args = _split_argv(argv)
     if args.info:
@@ -173,11 +175,17 @@ def precheck(argv: list[str]) -> None:
             "hydra/launcher=ray: hydra-ray-launcher is not installed: pip install 'grpo-sweep[ray-launcher]' "
             "(it needs cloudpickle<3, so not in MindSpeed-RL's environment, which pins cloudpickle 3.1.1)"
         )
+    inert: list[str] = []
     for job in jobs_of(args.overrides or [], args.multirun):
         try:
-            load_config(path, job, config_dir=args.dirs())
+            cfg = load_config(path, job, config_dir=args.dirs())
         except UserError as err:
             problems += [p for p in err.problems if p not in problems]
+            continue
+        problems += [p for p in check_config(cfg) if p not in problems]  # what the engine would not carry out
+        inert += [f"{cfg._source}: {w}" for w in lint(cfg, override_keys(job)) if f"{cfg._source}: {w}" not in inert]
+    for line in inert:  # overridden knobs this config keeps from changing training: a warning at the start
+        print(f"warning: {line}", file=sys.stderr)
     if problems:
         raise UserError(problems[0], problems=problems)
 
@@ -203,9 +211,9 @@ def _task(hydra_cfg: DictConfig) -> float | None:
     composed = OmegaConf.to_container(hydra_cfg, resolve=True)
     assert isinstance(composed, dict)
     data = {str(k): v for k, v in composed.items()}
-    layout = hc.runtime.choices.get("layout")
-    if layout is not None:
-        data["layout"] = layout
+    for group in ("layout", "algorithm"):  # the preset groups' choices, as load_config records them
+        if hc.runtime.choices.get(group) is not None:
+            data[group] = hc.runtime.choices[group]
     try:
         cfg = config_from_dict(data, f"{hc.job.config_name}.yaml")
         summary = train(cfg, Path(hc.runtime.output_dir))
@@ -247,9 +255,9 @@ def _searchpath_override(args: _Args, primary: Path) -> list[str]:
     """``hydra.searchpath=[...]`` adding the folders of the config search path Hydra would not search (the
     shipped configs behind a user's ``--config-path`` or ``$GRPO_CONFIG_DIR``), after any the primary
     config names itself; none when the user sets ``hydra.searchpath`` or nothing is missing."""
-    import yaml
     from omegaconf import OmegaConf
 
+    from grpo._yaml import read_yaml
     from grpo.config import config_search_path, default_config_dir
     from grpo.config.compose import quoted
 
@@ -260,7 +268,7 @@ def _searchpath_override(args: _Args, primary: Path) -> list[str]:
     if not missing:
         return []
     try:
-        own = OmegaConf.select(OmegaConf.create(yaml.safe_load(primary.read_text()) or {}), "hydra.searchpath")
+        own = OmegaConf.select(OmegaConf.create(read_yaml(primary, kind="config") or {}), "hydra.searchpath")
     except Exception:  # the config's own errors are reported by the composition, not here
         own = None
     paths = [str(p) for p in (own or [])] + [f"file://{d}" for d in missing]

@@ -2,7 +2,8 @@
 
 A folder is a HF checkpoint when it holds a ``config.json`` and at least one ``*.safetensors`` file
 (a sharded ``model.safetensors.index.json`` works too). The engine's own checkpoints write the same two
-files, so every saved iteration is also a valid HF Qwen2 folder that ``transformers`` can open.
+files, so every saved iteration is also a valid HF Qwen2 folder that ``transformers`` can open (a LoRA run's
+holds the merged weights there, unless ``lora_ckpt_filter`` keeps only the adapters: see ``lora.py``).
 Nothing is ever downloaded: the folder must be local.
 """
 
@@ -170,6 +171,22 @@ def hf_config(args: ModelArgs, eos_token_id: int | None = None, pad_token_id: in
     }
 
 
+def write_hf_config(
+    args: ModelArgs, folder: Path, eos_token_id: int | None = None, pad_token_id: int | None = None
+) -> None:
+    (Path(folder) / "config.json").write_text(json.dumps(hf_config(args, eos_token_id, pad_token_id), indent=2))
+
+
+def save_state(
+    state: dict[str, torch.Tensor], args: ModelArgs, folder: Path, filename: str = "model.safetensors"
+) -> None:
+    """Write a Qwen2 state dict (Hugging Face names) as ``folder/filename``; a tied lm_head is left out."""
+    state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    if not args.untie_embeddings_and_output_weights:
+        state.pop("lm_head.weight", None)
+    save_file(state, str(Path(folder) / filename), metadata={"format": "pt"})
+
+
 def save_weights(
     model: Qwen2,
     folder: Path,
@@ -179,10 +196,6 @@ def save_weights(
     write_config: bool = True,
 ) -> None:
     """Write ``filename`` (+ config.json) into an existing folder; the caller makes the folder atomic."""
-    folder = Path(folder)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    if not model.args.untie_embeddings_and_output_weights:
-        state.pop("lm_head.weight")
-    save_file(state, str(folder / filename), metadata={"format": "pt"})
+    save_state(model.state_dict(), model.args, folder, filename)
     if write_config:
-        (folder / "config.json").write_text(json.dumps(hf_config(model.args, eos_token_id, pad_token_id), indent=2))
+        write_hf_config(model.args, folder, eos_token_id, pad_token_id)

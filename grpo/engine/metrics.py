@@ -1,4 +1,5 @@
-"""Where a run's per-iteration metrics go: metrics.jsonl, train.log, TensorBoard, wandb, a progress bar.
+"""Where a run's per-iteration metrics go: metrics.jsonl, train.log, TensorBoard, wandb, SwanLab
+(``grpo.engine.swanlab_tracker``), a progress bar.
 
 ``metrics.jsonl`` gets one flushed JSON line per iteration. On resume, lines after the checkpoint's
 iteration (written by the killed run after its last checkpoint) are dropped first, so the file never
@@ -103,6 +104,11 @@ class MetricsSink:
                 mode=mode,  # an explicit mode wins over WANDB_MODE and a key in the environment
                 reinit="create_new",
             )
+        self.swanlab = None
+        if getattr(rl, "use_swanlab", False):
+            from grpo.engine.swanlab_tracker import SwanLabRun
+
+            self.swanlab = SwanLabRun(cfg, Path(run_dir))
         if rl.use_tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -136,6 +142,8 @@ class MetricsSink:
             self.tensorboard.flush()
         if self.wandb is not None:
             self.wandb.log(metrics, step=iteration)
+        if self.swanlab is not None:
+            self.swanlab.log(metrics, step=iteration)
         if "grpo/score/mean" not in metrics:  # iteration 0: the base policy's evaluation, nothing trained yet
             if self.log is not None and "eval/acc_greedy" in metrics:
                 self.log.info(f"iteration {iteration}: {_eval_text(metrics)} (base policy)")
@@ -173,6 +181,8 @@ class MetricsSink:
         if self.wandb is not None:
             self.wandb.summary["state"] = state
             self.wandb.finish(exit_code=1 if state == "failed" else 0)
+        if self.swanlab is not None:
+            self.swanlab.close(state)
 
 
 def _session_start(params: dict[str, object]):  # -> tensorboard's summary_pb2.Summary

@@ -9,6 +9,12 @@ q_proj.weight`` ...) so a HF checkpoint loads with a plain ``load_state_dict``.
 
 Batches may be left-padded: ``attention_mask`` (1 = real token) drives both the key padding mask and the
 position ids (``cumsum(mask) - 1``), so a padded sequence gets the same logits as the unpadded one.
+
+Dropout (``set_dropout``; Megatron's ``hidden_dropout`` and ``attention_dropout``) is applied where Megatron's
+GPT model applies it: ``hidden_dropout`` on the embeddings (``LanguageModelEmbedding``) and on the attention
+and MLP outputs before each residual add (``bias_dropout_add``), ``attention_dropout`` on the attention
+probabilities. Only in a training pass (``train()`` mode with autograd on): never while sampling (vLLM has
+none) nor in the no-grad log-prob passes (MindSpeed-RL's ``forward`` runs them in ``eval()``).
 """
 
 from __future__ import annotations
@@ -154,7 +160,14 @@ class PrefixKV:
 Cache = KVCache | KVRecorder | PrefixKV
 
 
+def _dropping(module: nn.Module, p: float) -> bool:
+    """Whether dropout ``p`` applies now: a training pass (train mode, autograd recording)."""
+    return p > 0 and module.training and torch.is_grad_enabled()
+
+
 class Attention(nn.Module):
+    dropout = 0.0  # attention_dropout (set_dropout)
+
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.n_heads, self.n_kv, self.head_dim = args.num_attention_heads, args.num_query_groups, args.head_dim
@@ -173,20 +186,26 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(layer, k, v)
+        p = self.dropout if _dropping(self, self.dropout) else 0.0
         if T == 1 and mask is not None:  # one decoding step: grouped attention, the cache not copied per head
-            y = _decode_attention(q, k, v, mask, self.n_kv)
+            y = _decode_attention(q, k, v, mask, self.n_kv, p)
         else:  # grouped-query attention: each kv head serves n_heads / n_kv query heads
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, enable_gqa=self.n_kv != self.n_heads
+            )
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
 
-def _decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, n_kv: int) -> Tensor:
+def _decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, n_kv: int, dropout: float = 0.0) -> Tensor:
     """softmax(q k^T / sqrt(d)) v for a single query per sequence; q (B, H, 1, d), k/v (B, n_kv, L, d)."""
     B, H, _, d = q.shape
     grouped = q.view(B, n_kv, H // n_kv, d)
     scores = torch.einsum("bgrd,bgld->bgrl", grouped, k) * d**-0.5
     scores = scores.masked_fill(~mask.view(B, 1, 1, -1), float("-inf"))
-    return torch.einsum("bgrl,bgld->bgrd", scores.softmax(-1), v).reshape(B, H, 1, d)
+    probs = scores.softmax(-1)
+    if dropout:
+        probs = F.dropout(probs, dropout)
+    return torch.einsum("bgrl,bgld->bgrd", probs, v).reshape(B, H, 1, d)
 
 
 class MLP(nn.Module):
@@ -201,6 +220,8 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    dropout = 0.0  # hidden_dropout (set_dropout)
+
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon)
@@ -211,8 +232,11 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: Cache | None, layer: int
     ) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        if not _dropping(self, self.dropout):
+            x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
+            return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + F.dropout(self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer), self.dropout)
+        return x + F.dropout(self.mlp(self.post_attention_layernorm(x)), self.dropout)
 
 
 class _Backbone(nn.Module):
@@ -227,6 +251,8 @@ class _Backbone(nn.Module):
 
 class Qwen2(nn.Module):
     """A Qwen2 causal LM. ``forward`` returns logits; ``hidden`` returns the final-norm hidden states."""
+
+    dropout = 0.0  # hidden_dropout on the embeddings (set_dropout)
 
     def __init__(self, args: ModelArgs, init_std: float = 0.02):
         super().__init__()
@@ -273,6 +299,8 @@ class Qwen2(nn.Module):
             # A fully padded query row would give NaN in softmax; let it see itself (its output is never used).
             mask = mask | torch.eye(T, past + T, dtype=torch.bool, device=device).roll(past, dims=1)[None, None]
         x = self.model.embed_tokens(input_ids)
+        if _dropping(self, self.dropout):
+            x = F.dropout(x, self.dropout)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, mask, cache, i)
         if cache is not None:
@@ -304,3 +332,14 @@ class Qwen2(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def set_dropout(model: nn.Module, hidden: float, attention: float) -> None:
+    """Megatron's ``hidden_dropout``/``attention_dropout`` on every Qwen2 part inside ``model`` (also when
+    wrapped, e.g. by peft). Not part of ``ModelArgs``: dropout is training, not architecture (the warm start,
+    its cache and the reference policy do not depend on it)."""
+    for module in model.modules():
+        if isinstance(module, Qwen2 | DecoderLayer):
+            module.dropout = hidden
+        elif isinstance(module, Attention):
+            module.dropout = attention

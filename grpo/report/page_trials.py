@@ -34,6 +34,7 @@ from grpo.report.best import pareto_front, ranked
 from grpo.report.chains import Chains, chain_text, logical_trials, resume_text, retry_chains
 from grpo.report.collect import Frames, spread_columns, study_objectives, trial_dir, value_columns
 from grpo.report.disk import size_text
+from grpo.report.tracking import tracking_facts
 from grpo.report.trial_config import changed_note, recorded_config
 
 MAX_DETAIL_ALL = 100  # up to this many trials, every trial gets a detail section
@@ -343,8 +344,9 @@ def details(
                     "<br>".join(f"<code>{escape(k)}</code> = {escape(_fmt(v))}" for k, v in trial.params.items()),
                 )
             )
-        body = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
         found = recorded_config(trial, snap)
+        facts += tracking_facts(found.config if found else None, number, trial_dir(trial, snap))
+        body = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
         if found is not None and base is not None:
             diff = config_diff(base, found.config)
             if diff:

@@ -72,6 +72,9 @@ def why_panels(study: optuna.Study, frames: Frames, decision: Decision) -> list[
     multi = len(goals) > 1
     best = decision.best
     out: list[Panel] = []
+    inert = snap.user_attrs.get("inert_knobs")  # grpo.config.inert.STUDY_ATTR (the report imports no config)
+    if inert:
+        out.append(Panel("inert", "Searched knobs that cannot change training", note="; ".join(inert)))
     if multi:
         out.append(_pareto(snap, complete, goals, best))
 

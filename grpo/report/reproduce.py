@@ -51,7 +51,7 @@ class Reproduction:
 
 
 # What the sweep sets per trial seed for the trial's own run (its checkpoint folder, its tracking: W&B run
-# name, group, folder and mode, TensorBoard; old checkpoints kept): a new run gets the base config's.
+# name, group, folder and mode, TensorBoard, SwanLab; old checkpoints kept): a new run gets the base config's.
 RUN_KEYS = (
     "actor_config.save",
     "engine.keep_checkpoints",
@@ -62,6 +62,12 @@ RUN_KEYS = (
     "rl_config.use_tensorboard",
     "engine.wandb_group",
     "engine.wandb_mode",
+    "rl_config.use_swanlab",  # SwanLab: as W&B
+    "rl_config.swanlab_project",
+    "rl_config.swanlab_exp_name",
+    "rl_config.swanlab_mode",
+    "rl_config.swanlab_save_dir",
+    "engine.swanlab_group",
     "engine.trial_params",  # the searched values a tracked run logs as its TensorBoard HParams
 )
 
@@ -123,6 +129,13 @@ def exported_config(
     return body
 
 
+def _lora(body: dict[str, Any]) -> bool:
+    """The config trains LoRA (``lora_target_modules`` in any Megatron section): grpo-train needs peft."""
+    models = body.get("model") if isinstance(body.get("model"), dict) else {}
+    sections = [body.get("megatron_training"), body.get("actor_config"), *(models or {}).values()]
+    return any(isinstance(s, dict) and s.get("lora_target_modules") for s in sections)
+
+
 def run_line(config_path: Path) -> str:
     """The one command that runs an exported config file, from any directory."""
     path = Path(config_path).resolve()
@@ -144,6 +157,7 @@ def config_yaml(
         + f"# params: {json.dumps(trial.params, default=str)}\n"
         + (f"# seeds it ran ({SEED_KEY}): {', '.join(map(str, seeds))}\n" if isinstance(seeds, list) else "")
         + (f"# run it: {run_line(path)}\n" if path is not None else "")
+        + ("# it trains LoRA through peft: pip install 'grpo-sweep[lora]'\n" if _lora(body) else "")
     )
     return header + yaml.safe_dump(body, sort_keys=False)
 

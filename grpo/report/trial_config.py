@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
 from optuna.trial import FrozenTrial
+
+from grpo._yaml import decode_text, parse_yaml_text
+from grpo.errors import UserError
 
 CONFIG_FILE = "config_file"  # trial attr: {"path": relative to the study folder, "sha256": 16 hex digits}
 LEGACY_CONFIG = "config"  # trial attr of studies written before: the config itself
@@ -70,8 +72,8 @@ def recorded_config(trial: FrozenTrial, study: optuna.Study | None = None) -> Tr
     if path is not None:
         try:
             data = path.read_bytes()
-            config = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        except (OSError, yaml.YAMLError):
+            config = parse_yaml_text(decode_text(data, str(path), "config"), str(path), "config", fast=True)
+        except (OSError, UserError):  # the guard: a config in trial storage is input like any other
             return None
         if not isinstance(config, dict):
             return None

@@ -37,6 +37,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo._fs import tail_lines
+from grpo.config.inert import STUDY_ATTR as INERT_ATTR
 from grpo.engine.metrics import add_final_scalars, tensorboard_dir
 from grpo.errors import StudyStopped, UserError
 from grpo.report.best import best_trial, ranked
@@ -231,6 +232,8 @@ def run_study(
     for line in checks.warnings:  # what this machine lacks to launch trials: they may launch elsewhere
         print(f"warning: {line}", file=sys.stderr, flush=True)
     study, _ = open_study(spec, base_config=checks.base_cfg.to_dict())
+    if checks.inert or INERT_ATTR in study.user_attrs:  # the report's "why" section shows them
+        study.set_user_attr(INERT_ATTR, checks.inert)
     me = lease.new_driver_identity()
     study.sampler = make_sampler(spec, space, seed=sampler_seed(spec, study, me))
     study.pruner = make_pruner(spec)

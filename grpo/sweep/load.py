@@ -1,6 +1,6 @@
 """Loading a sweep spec file: ``load_spec(path) -> SweepSpec``, every problem found at once.
 
-``load_spec`` reads the YAML with ``yaml.safe_load``, validates every key against ``grpo.sweep.spec``
+``load_spec`` reads the YAML through the guard (``grpo._yaml``), validates every key against ``grpo.sweep.spec``
 (unknown keys are errors with a did-you-mean, values are checked against their type and range),
 resolves ``base`` to a config, checks ``overrides`` and the ``search`` space against the config schema,
 and checks the sampler and pruner. Every problem becomes one line ``<file>: <key path>: <what is wrong>``
@@ -18,10 +18,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from grpo._yaml import MAX_FILE_BYTES, parse_yaml_text, peek_yaml, read_text_file
+from grpo._yaml import encoding_of as _encoding_of
+from grpo._yaml import read_yaml as _read_yaml
 from grpo.config import config_names, config_search_path, find_config, load_config, shipped_sweep, shipped_sweep_names
 from grpo.errors import UserError, did_you_mean, dotted, validation_lines
 from grpo.sweep.samplers import check_sampler_and_pruner
-from grpo.sweep.space import SearchSpace, check_key, distribution_ends, format_value, parse_overrides
+from grpo.sweep.space import GROUP_KEYS, SearchSpace, check_key, distribution_ends, format_value, parse_overrides
 from grpo.sweep.spec import SearchEntry, SweepSpec
 
 
@@ -73,113 +76,6 @@ def _problems(error: ValidationError, source: str, objective_was_list: bool) -> 
 
 
 # ------------------------------------------------------------------------------------------ loading
-MAX_YAML_VALUES = 100_000  # a spec is a few hundred values; YAML aliases must not expand past this
-
-
-class _SpecLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key written twice in one mapping (YAML requires unique keys;
-    PyYAML would silently keep the last one)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, (str, int, float, bool)):
-                continue  # an unhashable key: PyYAML's own construct_mapping refuses it
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is written twice in one mapping", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _expanded_size(data: Any) -> int:
-    """How many values ``data`` holds once YAML aliases are expanded (each shared object counted once per
-    use, computed once per object: an alias bomb is counted in linear time, never expanded)."""
-    sizes: dict[int, int] = {}
-
-    def size(value: Any) -> int:
-        if not isinstance(value, (dict, list)):
-            return 1
-        known = sizes.get(id(value))
-        if known is None:
-            sizes[id(value)] = 1  # a self-referencing alias counts once, not forever
-            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
-            known = sizes[id(value)] = 1 + sum(size(child) for child in children)
-        return known
-
-    return size(data)
-
-
-TOO_DEEP = "YAML nested too deeply (hundreds of levels); a spec is a few levels deep"
-DEEP_FLOW = re.compile(r"(?:[\[{]\s*){100}")  # 100 collections opened in a row: refused before PyYAML recurses
-MAX_FILE_BYTES = 1_000_000  # a spec or a config is a few KB; parsing megabytes of YAML takes seconds
-
-
-def _encoding_of(raw: bytes) -> str:
-    """How text that is no UTF-8 is encoded, as far as a user needs to know to fix it."""
-    if raw[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
-        return "UTF-32"
-    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return "UTF-16"
-    head = raw[:200]
-    if len(head) >= 4 and (head[0::2].count(0) > len(head) // 4 or head[1::2].count(0) > len(head) // 4):
-        return "UTF-16"  # ASCII text saved as UTF-16 without a byte-order mark: every other byte is 0
-    return "not UTF-8"
-
-
-def read_text_file(path: Path, source: str, kind: str = "spec") -> str:
-    """The UTF-8 text of a spec (or config) file; a one-line UserError naming ``source`` when it is not
-    a readable regular file of sensible size in UTF-8."""
-    try:
-        if not path.is_file():
-            raise UserError(f"{source}: not a regular file; the {kind} must be a YAML file")
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise UserError(
-                f"{source}: the {kind} file is {size / 1e6:.1f} MB; a {kind} is a few KB "
-                f"(at most {MAX_FILE_BYTES / 1e6:g} MB)"
-            )
-        raw = path.read_bytes()
-    except OSError as err:
-        raise UserError(f"{source}: cannot read the {kind} file ({err.strerror or err})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{source}: the {kind} file is {_encoding_of(raw)} text; save it as UTF-8") from None
-    if "\x00" in text and _encoding_of(raw) != "not UTF-8":  # ASCII saved as UTF-16 without a BOM is valid UTF-8
-        raise UserError(f"{source}: the {kind} file is {_encoding_of(raw)} text; save it as UTF-8")
-    return text
-
-
-def parse_yaml_text(text: str, source: str) -> Any:
-    """YAML as the spec loader reads it: duplicate keys refused, aliases counted (a bomb is refused, not
-    expanded), nesting bounded; every problem a one-line UserError naming ``source``."""
-    if DEEP_FLOW.search(text):
-        raise UserError(f"{source}: {TOO_DEEP}")
-    try:
-        data = yaml.load(text, Loader=_SpecLoader)  # a SafeLoader subclass
-    except RecursionError:
-        raise UserError(f"{source}: {TOO_DEEP}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"{where}: YAML syntax error: {problem}") from None
-    try:
-        size = _expanded_size(data)
-    except RecursionError:
-        raise UserError(f"{source}: {TOO_DEEP}") from None
-    if size > MAX_YAML_VALUES:
-        raise UserError(f"{source}: YAML aliases expand to more than {MAX_YAML_VALUES:,} values; write them out")
-    return data
-
-
-def _read_yaml(path: Path, source: str, kind: str = "spec") -> Any:
-    return parse_yaml_text(read_text_file(path, source, kind), source)
-
-
 def spec_file(target: str | os.PathLike) -> Path:
     """The file a spec argument names: the path itself, or, when no such file exists and ``target`` is a
     bare name (``quickstart``), the example sweep of that name shipped with grpo-sweep (package data)."""
@@ -223,9 +119,7 @@ def looks_like_spec(target: str) -> bool:
     if "\x00" in text and _encoding_of(raw) != "not UTF-8":
         return True  # UTF-16 without a byte-order mark (valid UTF-8, every other byte 0): the same
     try:
-        if DEEP_FLOW.search(text):
-            raise RecursionError
-        data = yaml.load(text, Loader=_SpecLoader)  # aliases are shared, not expanded: safe on a bomb
+        data = peek_yaml(text)  # aliases are shared, not expanded: safe on a bomb
     except (yaml.YAMLError, RecursionError):
         # Broken YAML: decide on the top-level keys as written, so the spec loader reports the error.
         return bool(re.search(r"^(study|search)\s*:", text, flags=re.MULTILINE))
@@ -243,9 +137,12 @@ def _resolve_base(base: str, spec_dir: Path, source: str) -> tuple[str | None, s
         where = ", ".join(map(str, config_search_path()))
         return None, f"{source}: base: no config named {base} in {where}{more}"
     raw = Path(base).expanduser()
-    for candidate in [raw] if raw.is_absolute() else [spec_dir / raw, Path.cwd() / raw]:
+    candidates = [raw] if raw.is_absolute() else [spec_dir / raw, Path.cwd() / raw]
+    for candidate in candidates:
         if candidate.is_file():
             return str(candidate.resolve()), None
+    if any(c.is_dir() for c in candidates):
+        return None, f"{source}: base: {base} is a folder, not a config file"
     where = "" if raw.is_absolute() else f" (looked beside the spec in {spec_dir} and in the current directory)"
     return None, f"{source}: base: no such config file {base}{where}"
 
@@ -321,6 +218,8 @@ KNOWN_METRICS = (
     "grpo/score/min",
     "actor/pg_loss",
     "actor/pg_clipfrac",
+    "actor/pg_clipfrac_low",  # tokens clipped at 1 - clip_ratio_low / at 1 + clip_ratio_high (loss.py)
+    "actor/pg_clipfrac_high",
     "actor/kl_loss",
     "actor/entropy",
     "actor/grad_norm",
@@ -341,6 +240,13 @@ KNOWN_METRICS = (
     "prompt_length/max",
     "prompt_length/min",
     "generated_tokens",
+    # only while the variant that logs them is on (docs/engine.md)
+    "train/num_gen_batches",
+    "dynamic_sampling/kept_groups",
+    "dynamic_sampling/kept_fraction",
+    "overlong_penalty/mean",
+    "actor/reward_kl_penalty",
+    "actor/reward_kl_penalty_coeff",
     "rollout_tps",
     "update_tps",
     "timing/ref",
@@ -427,8 +333,8 @@ def _searched_value_problems(base: str, overrides: list[str], space: SearchSpace
     alone on the base config with the spec's overrides; rules between keys are left to sampling time."""
     problems: list[str] = []
     for param in space.params:
-        if param.key == "layout":
-            continue  # names, checked against configs/layout/ already
+        if param.key in GROUP_KEYS:
+            continue  # names, checked against configs/layout/ (configs/algorithm/) already
         for value in distribution_ends(param.distribution):
             try:
                 load_config(base, [*overrides, f"{param.key}={format_value(value)}"])
@@ -488,7 +394,7 @@ def _check_overrides(overrides: list[Any], search: dict[str, Any], source: str) 
         if override.is_sweep_override():
             problems.append(f"{where}: {text} is a sweep; searched keys go under search")
             continue
-        problem = check_key(key, override.value() if key == "layout" else None)
+        problem = check_key(key, override.value() if key in GROUP_KEYS else None)
         if problem:
             problems.append(f"{where}: {problem}")
         if key in search:

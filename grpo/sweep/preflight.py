@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 
 from grpo.config import GRPOConfig, load_config
+from grpo.config.inert import lint_points
 from grpo.errors import UserError
 from grpo.sweep.backends import TrialBackend
 from grpo.sweep.space import SearchSpace
@@ -77,6 +78,8 @@ class Preflight:
     # What this machine lacks to launch trials (the backend's launch_warnings): not errors, since trials
     # may launch elsewhere; the backend refuses them on a node that lacks them.
     warnings: list[str] = field(default_factory=list)
+    # Searched keys their own configs keep from changing training (grpo.config.inert), also in ``warnings``.
+    inert: list[str] = field(default_factory=list)
 
 
 def preflight(
@@ -95,6 +98,9 @@ def preflight(
     configs (``TrialBackend.launch_warnings``) is returned in ``warnings`` for the caller to show.
     """
     base_cfg = load_config(spec.base, list(spec.overrides))  # the base itself must be valid
+    searched = backend.check_search(space.keys, spec.source)  # a key the backend would not vary
+    if searched:
+        raise UserError(searched[0], searched)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     checked: list[tuple[dict[str, Any], list[str]]] = []
     configs = [base_cfg]
@@ -106,6 +112,7 @@ def preflight(
         if not checked[-1][1] and not check_all:
             break
     warnings = launch_warnings(backend, configs)
+    inert = lint_points(configs[1:] or configs, space.keys)
     if checked and all(problems for _, problems in checked):
         first = sorted({line for _, problems in checked for line in problems})
         raise UserError(
@@ -113,4 +120,4 @@ def preflight(
             [f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked)", *first[:10]],
         )
     check_storage(spec)  # what opening the study would find (a folder in its place, no driver, no answer)
-    return Preflight(base_cfg, checked, warnings)
+    return Preflight(base_cfg, checked, warnings + [f"{spec.source}: {line}" for line in inert], inert)

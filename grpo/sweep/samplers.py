@@ -177,6 +177,7 @@ def check_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> SamplerChec
         problems += _hyperband_problems(spec)
     if not problems:  # options that construct but break sampling or pruning: ask both once
         problems += probe_sampler_and_pruner(spec, space)
+    notes += option_warnings(spec)  # Optuna's own warnings, as spec warnings naming the option
     return SamplerCheck(problems, notes, trials)
 
 
@@ -283,8 +284,9 @@ def make_sampler(spec: SweepSpec, space: SearchSpace, seed: int | None = None) -
     kwargs |= spec.sampler.options
     try:
         with warnings.catch_warnings():
-            # multivariate/group/constant_liar are flagged experimental; using them is deliberate.
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # multivariate/group/constant_liar are flagged experimental (deliberate); a deprecated option is
+            # said once, by option_warnings at load, never as a stray library line.
+            warnings.simplefilter("ignore")
             return SAMPLER_CLASSES[name](**kwargs)
     except (TypeError, ValueError) as err:
         raise UserError(f"{src}: sampler.options: {err}") from None
@@ -312,7 +314,9 @@ def make_pruner(spec: SweepSpec, max_resource: int | str | None = None) -> optun
             kwargs["max_resource"] = max_resource
     kwargs |= spec.pruner.options
     try:
-        return PRUNER_CLASSES[name](**kwargs)
+        with warnings.catch_warnings():  # said by option_warnings at load
+            warnings.simplefilter("ignore")
+            return PRUNER_CLASSES[name](**kwargs)
     except (TypeError, ValueError) as err:
         raise UserError(f"{src}: pruner.options: {err}") from None
 
@@ -321,3 +325,30 @@ def _train_iters(spec: SweepSpec) -> int:
     from grpo.config import load_config
 
     return int(load_config(spec.base, overrides=list(spec.overrides)).megatron_training.train_iters)
+
+
+def option_warnings(spec: SweepSpec) -> list[str]:
+    """The warnings Optuna raises for the spec's own sampler and pruner options (a deprecated ``gamma``, an
+    experimental option), one line each naming the option: what would otherwise reach the terminal as
+    library lines. Builds both classes with the options alone; an error there is the checks' business."""
+    lines: list[str] = []
+    for section, cls, options in (
+        ("sampler", SAMPLER_CLASSES[spec.sampler.name], spec.sampler.options),
+        ("pruner", PRUNER_CLASSES[spec.pruner.name], spec.pruner.options),
+    ):
+        if not options:
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                cls(**options)
+            except Exception:  # refused options are reported by the checks above
+                continue
+        for warning in caught:
+            text = str(warning.message).strip().splitlines()[0] if str(warning.message).strip() else ""
+            named = [o for o in options if f"`{o}`" in text or f"'{o}'" in text or text.startswith(f"{o} ")]
+            where = f"{section}.options.{named[0]}" if named else f"{section}.options"
+            line = f"{spec.source}: {where}: {text}"
+            if line not in lines:
+                lines.append(line)
+    return lines

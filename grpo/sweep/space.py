@@ -20,8 +20,9 @@ used by every sampler, grid included. ``shuffle(...)`` is refused: a shuffled ch
 between runs and would break resuming a study.
 
 Keys are checked against the config schema (``grpo.config.known_keys``, did-you-mean on typos);
-``layout`` takes names of ``configs/layout/*.yaml``. An entry with ``when: {other.key: value}`` is
-conditional: it is sampled only in trials where ``other.key`` (itself searched) took that value.
+``layout`` and ``algorithm`` take names of ``configs/layout/*.yaml`` and ``configs/algorithm/*.yaml``.
+An entry with ``when: {other.key: value}`` is conditional: it is sampled only in trials where ``other.key``
+(itself searched) took that value.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
 
 LAYOUT_KEY = "layout"
+GROUP_KEYS = (LAYOUT_KEY, "algorithm")  # config groups a spec picks by name: configs/<group>/<name>.yaml
 KNOWN_TAGS = ("log", "int")
 
 
@@ -209,11 +211,12 @@ def _matches(key: str, pattern: str) -> bool:
 def check_key(key: str, layout_value: Any = None) -> str | None:
     """The problem with a config key (unknown key, with did-you-mean), or None when it is valid.
 
-    For ``layout`` with ``layout_value`` given, the value must name a file of configs/layout/.
+    For ``layout`` (``algorithm``) with ``layout_value`` given, the value must name a file of configs/layout/
+    (configs/algorithm/).
     """
-    if key == LAYOUT_KEY:
+    if key in GROUP_KEYS:
         if layout_value is not None:
-            return _check_layouts([layout_value])
+            return _check_layouts([layout_value], key)
         return None
     keys = known_keys()
     if key in keys or any("*" in k and _matches(key, k) for k in keys):
@@ -222,13 +225,13 @@ def check_key(key: str, layout_value: Any = None) -> str | None:
     return f"{key}: unknown config key" + (f"; did you mean {hint}?" if hint and hint != key else "")
 
 
-def _check_layouts(values: list[Any]) -> str | None:
-    names = layout_names()
+def _check_layouts(values: list[Any], group: str = LAYOUT_KEY) -> str | None:
+    names = group_options(group)
     for value in values:
         if value not in names:
             hint = did_you_mean(str(value), names, cutoff=0.5)
             more = f"; did you mean {hint}?" if hint else f" (available: {', '.join(names) or 'none'})"
-            return f"unknown layout {value} (no configs/layout/{value}.yaml){more}"
+            return f"unknown {group} {value} (no configs/{group}/{value}.yaml){more}"
     return None
 
 
@@ -272,11 +275,11 @@ class SearchSpace:
             except ValueError as err:
                 problems.append(f"{where}: {err}")
                 continue
-            if key == LAYOUT_KEY:
+            if key in GROUP_KEYS:
                 if not isinstance(dist, CategoricalDistribution):
-                    problems.append(f"{where}: layouts are names: use choice(name, ...)")
+                    problems.append(f"{where}: {key}s are names: use choice(name, ...)")
                     continue
-                problem = _check_layouts(list(dist.choices))
+                problem = _check_layouts(list(dist.choices), key)
                 if problem:
                     problems.append(f"{where}: {problem}")
                     continue

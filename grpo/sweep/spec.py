@@ -148,14 +148,25 @@ class ClusterSpec(_Strict):
 
 class TrackingSpec(_Strict):
     wandb: Literal["off", "offline", "online"] = "off"
-    project: str = Field("grpo-sweep", min_length=1)  # W&B project; each study is a group in it
+    project: str = Field("grpo-sweep", min_length=1)  # W&B and SwanLab project; each study is a group in it
     tensorboard: bool = False
+    swanlab: Literal["off", "offline", "local", "cloud"] = "off"  # rl_config.swanlab_mode of every run
 
-    @field_validator("wandb", mode="before")
+    @field_validator("wandb", "swanlab", mode="before")
     @classmethod
     def _yaml_off(cls, value: Any) -> Any:
         # YAML 1.1 reads a bare `off` as False.
         return "off" if value is False else value
+
+    @field_validator("swanlab")
+    @classmethod
+    def _swanlab_installed(cls, value: str) -> str:
+        from grpo.config.rules import swanlab_missing
+
+        problem = swanlab_missing(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class MindSpeedSpec(_Strict):

@@ -178,11 +178,11 @@ def absolute_paths(cfg: GRPOConfig, overrides: list[str]) -> list[str]:
 
 
 def tracking_overrides(spec: SweepSpec, number: int, seed_index: int, sampled: list[str] | None = None) -> list[str]:
-    """W&B / TensorBoard keys of one seed's run, as the spec's ``tracking`` section asks: the run is named
+    """W&B / TensorBoard / SwanLab keys of one seed's run, as the spec's ``tracking`` section asks: the run is named
     ``trial-N-seedK`` in both (TensorBoard: its folder ``tensorboard/trial-N-seedK``) and carries the
     trial's ``sampled`` overrides as ``engine.trial_params`` (TensorBoard's HParams)."""
     out = []
-    if spec.tracking.wandb != "off" or spec.tracking.tensorboard:
+    if spec.tracking.wandb != "off" or spec.tracking.tensorboard or spec.tracking.swanlab != "off":
         out.append(f"rl_config.wandb_exp_name=trial-{number}-seed{seed_index}")
         if sampled:  # Hydra's dict grammar takes dotted keys: {rl_config.clip_ratio:0.2,layout:tp2}
             out.append("engine.trial_params={" + ",".join(o.replace("=", ":", 1) for o in sampled) + "}")
@@ -195,6 +195,14 @@ def tracking_overrides(spec: SweepSpec, number: int, seed_index: int, sampled: l
         ]
     if spec.tracking.tensorboard:
         out += ["rl_config.use_tensorboard=true"]
+    if spec.tracking.swanlab != "off":  # as W&B: named per trial and seed, the study as group, mode as asked
+        out += [
+            "rl_config.use_swanlab=true",
+            f"rl_config.swanlab_project={spec.tracking.project}",
+            f"rl_config.swanlab_exp_name=trial-{number}-seed{seed_index}",
+            f"rl_config.swanlab_mode={spec.tracking.swanlab}",
+            f"engine.swanlab_group={spec.study}",
+        ]
     return out
 
 

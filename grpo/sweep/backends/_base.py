@@ -77,6 +77,10 @@ class TrialBackend(abc.ABC):
         """Problems of this machine, not of ``cfg``, that only matter where trials launch (default: none)."""
         return []
 
+    def check_search(self, keys: list[str], source: str) -> list[str]:
+        """Searched keys this backend would not vary (refused, or no effect on its training): errors (default: none)."""
+        return []
+
     @abc.abstractmethod
     def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         """Run the trial to the end (or until ``report`` says stop); return a summary dict."""

@@ -35,6 +35,12 @@ class EmbeddedBackend(TrialBackend):
 
         return check_config(cfg)
 
+    def check_search(self, keys: list[str], source: str) -> list[str]:
+        """Searched keys the engine refuses or that cannot change its training (grpo/engine/coverage.py)."""
+        from grpo.engine.coverage import searched_problems
+
+        return searched_problems(keys, source)
+
     def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         from grpo.engine import TrainingDiverged, train
 

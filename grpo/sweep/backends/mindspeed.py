@@ -46,8 +46,10 @@ from typing import IO, Any, TextIO
 import yaml
 
 from grpo._fs import CHECKPOINT_TRACKER, checkpoint_iteration, group_alive, truncate_jsonl_after
+from grpo._yaml import read_yaml
 from grpo.config import GRPOConfig
 from grpo.config.render import mindspeed_dict, render_mindspeed_model
+from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.mindspeed_log import classify_failure, clean_line, finite, parse_metrics_line
 from grpo.sweep.backends.mindspeed_rules import launch_rule_problems, ray_node_problems
@@ -295,8 +297,10 @@ def runtime_env_for(cfg: GRPOConfig, settings: MindSpeedSpec, port_block: int) -
     """
     base_path = settings.resolve(getattr(cfg.rl_config, "runtime_env_path", None) or RUNTIME_ENV)
     try:
-        base = yaml.safe_load(base_path.read_text()) or {}
-    except OSError:
+        base = read_yaml(base_path, kind="runtime env") or {}
+    except UserError:
+        if base_path.exists():
+            raise  # a broken file (a bomb, UTF-16, bad YAML) is said in one line, not ignored
         base = {}  # the node check reports a missing file; rendering alone (tests, validate) goes on
     if not isinstance(base, dict):
         base = {}
@@ -384,12 +388,15 @@ def render_trial_config(
 
 def tracking_env(cfg: GRPOConfig) -> dict[str, str]:
     """MindSpeed-RL's ``wandb.init`` takes no group or mode: W&B reads them from ``WANDB_RUN_GROUP`` and
-    ``WANDB_MODE`` (an explicit mode also keeps an offline run offline when ``WANDB_API_KEY`` is set)."""
+    ``WANDB_MODE`` (an explicit mode also keeps an offline run offline when ``WANDB_API_KEY`` is set). Its
+    ``swanlab.init`` gets ``rl_config.swanlab_mode`` but no group: SwanLab reads it from ``SWANLAB_GROUP``."""
     env = {}
     if cfg.engine.wandb_group:
         env["WANDB_RUN_GROUP"] = cfg.engine.wandb_group
     if cfg.engine.wandb_mode:
         env["WANDB_MODE"] = cfg.engine.wandb_mode
+    if getattr(cfg.rl_config, "use_swanlab", False) and getattr(cfg.engine, "swanlab_group", None):
+        env["SWANLAB_GROUP"] = str(cfg.engine.swanlab_group)  # its SwanLabLogger passes no group either (0.7 on)
     return env
 
 
@@ -541,11 +548,34 @@ class MindSpeedBackend(TrialBackend):
             problems.append(f"{src}: mindspeed.path: not set (the MindSpeed-RL checkout to run cli/train_grpo.py from)")
         problems += check_checkpoint(cfg, settings, src).unnamed
         problems += launch_rule_problems(cfg)
-        if cfg.engine.loss_agg_mode != "token-mean":  # the engine's switch; MindSpeed-RL would ignore it silently
+        eng = cfg.engine  # the engine's own switches; MindSpeed-RL has no such keys and would ignore them silently
+        if eng.loss_agg_mode not in (None, "token-mean"):
             problems.append(
-                f"{src}: engine.loss_agg_mode: {cfg.engine.loss_agg_mode} is the embedded engine's; MindSpeed-RL's "
+                f"{src}: engine.loss_agg_mode: {eng.loss_agg_mode} is the embedded engine's; MindSpeed-RL's "
                 "GRPO loss is always the token mean per micro batch (grpo_actor_loss_func.py), so remove it"
             )
+        for key, value, theirs in (
+            ("policy_loss", eng.policy_loss, "vanilla"),
+            ("advantage_estimator", eng.advantage_estimator, "group_norm"),
+        ):
+            if value != theirs:
+                problems.append(
+                    f"{src}: engine.{key}: {value} is the embedded engine's; MindSpeed-RL has no such key (its "
+                    f"GRPO is {theirs}), so remove it or use backend: embedded"
+                )
+        # MindSpeed-RL's GRPO loss (grpo_actor_loss_func.py) reads neither key; only DAPOActorLossFunc does
+        rl = cfg.rl_config
+        if Path(settings.entry).name == "train_grpo.py":
+            for key, used in (
+                ("clip_higher_enable", bool(getattr(rl, "clip_higher_enable", None))),
+                ("token_level_loss", getattr(rl, "token_level_loss", None) is False),
+            ):
+                if used:
+                    problems.append(
+                        f"{src}: rl_config.{key}: MindSpeed-RL's GRPO loss ({settings.entry}) ignores it; only its "
+                        f"DAPO trainer (cli/train_dapo.py, stage ray_dapo) applies it, so remove it or use backend: "
+                        f"embedded"
+                    )
         return problems
 
     def node_problems(self, cfg: GRPOConfig) -> list[str]:

@@ -203,7 +203,7 @@ def dispatch_sizes_fit(cfg: GRPOConfig) -> str | None:
 
 
 def dapo_options(cfg: GRPOConfig) -> str | None:
-    """DAPO's switches: overlong buffer, clip-higher, group filtering (``validate_rl_args``)."""
+    """DAPO's switches: overlong buffer, group filtering (``validate_rl_args``)."""
     src, max_tokens = cfg._source, cfg.generate_config.sampling_config.max_tokens
     if _rl(cfg, "overlong_buffer_enable"):
         buffer, rollout = _rl(cfg, "overlong_buffer"), _rl(cfg, "rollout_max_tokens")
@@ -216,9 +216,7 @@ def dapo_options(cfg: GRPOConfig) -> str | None:
                 f"{src}: rl_config.rollout_max_tokens: {rollout} must equal generate_config.sampling_config."
                 f"max_tokens {max_tokens} with overlong_buffer_enable (validate_rl_args)"
             )
-    low, high = _rl(cfg, "clip_ratio_low"), _rl(cfg, "clip_ratio_high")
-    if _rl(cfg, "clip_higher_enable") and low is not None and high is not None and low > high:
-        return f"{src}: rl_config.clip_ratio_low: {low} must not exceed clip_ratio_high {high} (validate_rl_args)"
+    # clip-higher's low <= high is a config rule (grpo/config/rules.py): the embedded engine applies it too
     metric = _rl(cfg, "filter_groups_metric")
     if _rl(cfg, "filter_groups_enable") and metric not in cfg.rl_config.verifier_function:
         return (
