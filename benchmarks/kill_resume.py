@@ -116,7 +116,7 @@ def _killed(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 def _repeat(trial: optuna.trial.FrozenTrial) -> bool:
-    return "repeat_of" in trial.user_attrs  # told an earlier trial's result, never run (grpo/sweep/repeats.py)
+    return "repeat_of" in trial.user_attrs  # told an earlier trial's result, never run (grpo/sweep/study/repeats.py)
 
 
 def main() -> None:

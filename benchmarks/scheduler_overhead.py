@@ -44,8 +44,8 @@ def _spec(folder: Path, name: str, **fields) -> Path:
 def noop_overhead(folder: Path, trials: int) -> float:
     import ray
 
-    from grpo.sweep.driver import run_study
-    from grpo.sweep.load import load_spec
+    from grpo.sweep.run.driver import run_study
+    from grpo.sweep.spec.load import load_spec
 
     spec = load_spec(str(_spec(folder, "noop", base="grpo_trainer_tiny_cpu", trials=trials, concurrency=2,
                                search={"rl_config.clip_ratio": "interval(0.1, 0.3)"},
@@ -96,8 +96,8 @@ def tune_overhead(trials: int) -> float:
 def npu_packing(folder: Path, trials: int, name: str = "packing") -> float:
     import ray
 
-    from grpo.sweep.driver import run_study
-    from grpo.sweep.load import load_spec
+    from grpo.sweep.run.driver import run_study
+    from grpo.sweep.spec.load import load_spec
 
     spec = load_spec(str(_spec(folder, name, base="grpo_trainer_qwen25_7b_A3", trials=trials, concurrency=16,
                                search={"rl_config.actor_resource.num_npus": "choice(4, 8, 16)",

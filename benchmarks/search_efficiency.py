@@ -5,17 +5,17 @@ of ``grpo_trainer_tiny_cpu`` on a grid (lr x clip_ratio x init_kl_coef, two seed
 evaluation every 10). A replayed study is an Optuna study built the way the product builds it: the spec is
 sweeps/quickstart.yaml (objective ``eval/acc_greedy`` reduced with ``auc``) with its search replaced by the
 grid's values as ``choice(...)`` expressions and its sampler/pruner swapped per combination, validated by
-``grpo.sweep.load.load_spec``; sampler and pruner come from ``grpo.sweep.samplers.make_sampler/make_pruner``
+``grpo.sweep.spec.load.load_spec``; sampler and pruner come from ``grpo.sweep.spec.samplers.make_sampler/make_pruner``
 and the parameters from ``SearchSpace.suggest``. Each trial looks its configuration up in the table and takes
-one of its recorded seeds (the replay seed decides), then plays the driver's part (grpo/sweep/driver.py):
+one of its recorded seeds (the replay seed decides), then plays the driver's part (grpo/sweep/run/driver.py):
 
 - after every iteration it reports the objective reduced over the curve so far, ``trial.report(v, step=it)``,
   from the first evaluation after iteration 0: the driver records the engine's iteration-0 line (the base
   policy's evaluation) but leaves it out of the objective (``_seed_value``);
-- then the collapse rule when the spec has ``pruner.collapse`` (``grpo.sweep.collapse.collapse_reason``,
+- then the collapse rule when the spec has ``pruner.collapse`` (``grpo.sweep.run.collapse.collapse_reason``,
   the driver's own function, on the run's curve with its iteration 0), then ``trial.should_prune()``, never
   at the last iteration; a pruned trial is told PRUNED;
-- a point that already ran is answered with ``grpo.sweep.repeats.answer_repeat`` (the driver's rule: told
+- a point that already ran is answered with ``grpo.sweep.study.repeats.answer_repeat`` (the driver's rule: told
   the earlier trial's result, not run), and 50 such in a row end the study (``MAX_DUPLICATES_IN_A_ROW``).
   ``--duplicates fail`` replays the driver before that rule (a repeat told FAIL, which TPE ignores).
 
@@ -27,7 +27,7 @@ best true value; (b) the regret (best true value - incumbent's) at budgets of 8 
 compute until the incumbent is as good as random search's at that budget, as a fraction of that budget
 (random's target taken from the replay with the same seed).
 
-GRPO-aware rule: ``pruner.collapse`` (grpo/sweep/collapse.py) stops a trial at an evaluation before the
+GRPO-aware rule: ``pruner.collapse`` (grpo/sweep/run/collapse.py) stops a trial at an evaluation before the
 last when its held-out greedy accuracy is more than 0.10 below its base policy's (iteration 0).
 
     nice -n 19 .venv/bin/python benchmarks/search_efficiency.py [--replays 100] [--jobs 2]
@@ -54,7 +54,7 @@ import yaml
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-    from grpo.sweep.spec import SweepSpec
+    from grpo.sweep.spec.models import SweepSpec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -142,7 +142,7 @@ def objective_points(run: Run) -> list[float]:
 
 
 def load_table(path: Path) -> Table:
-    from grpo.sweep.objectives import get_reducer
+    from grpo.sweep.spec.objectives import get_reducer
 
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         raw = json.load(fh)
@@ -168,7 +168,7 @@ def load_table(path: Path) -> Table:
 # ------------------------------------------------------------------------------------------- the spec
 def base_spec(table: Table, folder: Path) -> SweepSpec:
     """sweeps/quickstart.yaml with the grid as its search space and the table's run length, via load_spec."""
-    from grpo.sweep.load import load_spec
+    from grpo.sweep.spec.load import load_spec
 
     data = yaml.safe_load(SPEC_TEMPLATE.read_text())
     values = {k: sorted({key[i] for key in table.runs}) for i, k in enumerate(table.keys)}
@@ -192,9 +192,9 @@ def base_spec(table: Table, folder: Path) -> SweepSpec:
 def max_duplicates() -> int:
     """The driver's limit of repeated points in a row before it calls the space exhausted."""
     try:
-        from grpo.sweep.driver import MAX_DUPLICATES_IN_A_ROW
+        from grpo.sweep.run.driver import MAX_DUPLICATES_IN_A_ROW
     except ImportError as err:  # the driver pulls in grpo.report; a half-edited tree should not stop the replay
-        print(f"warning: grpo.sweep.driver not importable ({err}); using its limit of 50", file=sys.stderr)
+        print(f"warning: grpo.sweep.run.driver not importable ({err}); using its limit of 50", file=sys.stderr)
         return 50
     return MAX_DUPLICATES_IN_A_ROW
 
@@ -213,11 +213,11 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
     import optuna
     from optuna.trial import TrialState
 
-    from grpo.sweep.collapse import collapse_reason
-    from grpo.sweep.repeats import answer_repeat
-    from grpo.sweep.samplers import make_pruner, make_sampler
-    from grpo.sweep.space import SearchSpace
-    from grpo.sweep.spec import PrunerSpec, SamplerSpec
+    from grpo.sweep.run.collapse import collapse_reason
+    from grpo.sweep.spec.models import PrunerSpec, SamplerSpec
+    from grpo.sweep.spec.samplers import make_pruner, make_sampler
+    from grpo.sweep.spec.space import SearchSpace
+    from grpo.sweep.study.repeats import answer_repeat
 
     spec = spec.model_copy(
         update={"sampler": SamplerSpec.model_validate(combo.sampler), "pruner": PrunerSpec.model_validate(combo.pruner)}
@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = summarize(table, ordered, ordered.get(random_index))
         what = {
             "fail": "a repeated point is told FAIL and skipped, as the driver did before answer_repeat",
-            "answer": "a repeated point is told the earlier trial's result, as grpo/sweep/repeats.py does",
+            "answer": "a repeated point is told the earlier trial's result, as grpo/sweep/study/repeats.py does",
         }[mode]
         print(f"### duplicates: {mode} ({what})\n")
         print(markdown(rows, iters))
@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def get_auc(run: Run) -> float:
-    from grpo.sweep.objectives import get_reducer
+    from grpo.sweep.spec.objectives import get_reducer
 
     return get_reducer("auc").reduce(objective_points(run))
 

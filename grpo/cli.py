@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_fork(spec: str, name: str) -> None:
-    from grpo.sweep.spec import MAX_STUDY_NAME, STUDY_NAME
+    from grpo.sweep.spec.models import MAX_STUDY_NAME, STUDY_NAME
 
     if not STUDY_NAME.fullmatch(name) or len(name) > MAX_STUDY_NAME:
         raise UserError(
@@ -102,10 +102,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run" and args.fork is not None:
         _check_fork(args.spec, args.fork)
     if args.command == "validate":
-        from grpo.sweep.load import looks_like_spec
+        from grpo.sweep.spec.load import looks_like_spec
 
         if looks_like_spec(args.target):
-            from grpo.sweep.commands import validate_spec
+            from grpo.sweep.commands.handlers import validate_spec
 
             return validate_spec(args)
         from grpo.config import cli_validate
@@ -114,7 +114,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         check = EmbeddedBackend().check if args.backend == "embedded" else launch_rule_problems
         return cli_validate(args.target, args.overrides, section=args.section, check=check)
-    from grpo.sweep import commands
+    from grpo.sweep.commands import handlers as commands
 
     return getattr(commands, f"cmd_{args.command}")(args)
 

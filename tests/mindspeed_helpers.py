@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from grpo.config import load_config
-from grpo.sweep.spec import MindSpeedSpec
+from grpo.sweep.spec.models import MindSpeedSpec
 
 STANDIN = Path(__file__).parent / "standin_mindspeed"
 BASE = "grpo_trainer_qwen25_7b_A3"

@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 import import_graph  # noqa: E402
 
-from grpo.sweep.objectives import REDUCERS  # noqa: E402
-from grpo.sweep.samplers import PRUNER_CLASSES, SAMPLER_CLASSES  # noqa: E402
-from grpo.sweep.spec import PrunerName, ReducerName, SamplerName  # noqa: E402
+from grpo.sweep.spec.models import PrunerName, ReducerName, SamplerName  # noqa: E402
+from grpo.sweep.spec.objectives import REDUCERS  # noqa: E402
+from grpo.sweep.spec.samplers import PRUNER_CLASSES, SAMPLER_CLASSES  # noqa: E402
 
 
 def test_no_import_circles():

@@ -165,11 +165,12 @@ def test_tensorboard_hparams_show_the_trials_parameters_and_final_metrics(run_di
 
 
 def test_a_sweep_names_each_seed_run_and_hands_it_the_trials_parameters(tmp_path, monkeypatch):
-    from grpo.sweep.backends import load_backend
-    from grpo.sweep.load import load_spec
-    from grpo.sweep.space import SearchSpace
-    from grpo.sweep.trial_builder import TrialBuilder
     from sweep_helpers import write_spec
+
+    from grpo.sweep.backends import load_backend
+    from grpo.sweep.run.trial_builder import TrialBuilder
+    from grpo.sweep.spec.load import load_spec
+    from grpo.sweep.spec.space import SearchSpace
 
     monkeypatch.chdir(tmp_path)
     spec = load_spec(str(write_spec(tmp_path, tracking={"tensorboard": True}, seeds=2, search={

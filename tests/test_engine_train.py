@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from grpo._fs import CHECKPOINT_TRACKER
+from grpo._fs import read_jsonl as read_metrics
 from grpo.config import load_config
 from grpo.engine import TrainingDiverged, train
 from grpo.engine import checkpoint as ckpt
 from grpo.engine.metrics import close_logger
 from grpo.engine.rollout import generate, response_logprobs
 from grpo.engine.trainer import Run
-from grpo._fs import CHECKPOINT_TRACKER
-from grpo._fs import read_jsonl as read_metrics
 from grpo.errors import UserError
 
 REQUIRED = [
@@ -372,7 +372,7 @@ def test_held_out_evaluation_metrics_and_samples(cache_dir, tmp_path):
     assert all(0 < r["response_length/truncated"] <= 1 for r in trained)
     assert all(r["grpo/zero_variance_groups"] == 1.0 for r in trained)
     # A spec's objective may name any of them without the "not a metric the embedded engine logs" warning.
-    from grpo.sweep.load import KNOWN_METRICS
+    from grpo.sweep.spec.load import KNOWN_METRICS
 
     logged = {k for r in rows for k in r if k != "iteration" and not k.endswith("_rewards/mean")}
     assert logged <= set(KNOWN_METRICS), sorted(logged - set(KNOWN_METRICS))

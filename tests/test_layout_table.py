@@ -8,13 +8,13 @@ blocked (no converted checkpoint), invalid (a config rule).
 import io
 
 import pytest
+from mindspeed_helpers import STANDIN, config, convert
 from rich.console import Console
 
 from grpo.cli import sweep_main
 from grpo.sweep.backends import load_backend
-from grpo.sweep.layout_table import config_layout_rows, rows_table, spec_layout_rows
-from grpo.sweep.load import load_spec
-from mindspeed_helpers import STANDIN, config, convert
+from grpo.sweep.commands.layout_table import config_layout_rows, rows_table, spec_layout_rows
+from grpo.sweep.spec.load import load_spec
 
 SPEC = """\
 study: plan_table
@@ -92,7 +92,7 @@ def test_a_model_the_planner_does_not_model_says_not_estimated_not_fits():
 
     from grpo.config import load_config
     from grpo.plan import estimate
-    from grpo.sweep.layout_table import LayoutRow, rows_table
+    from grpo.sweep.commands.layout_table import LayoutRow, rows_table
 
     moe = "qwen3_30b_a3b"
     cfg = load_config("grpo_trainer_qwen25_7b_A3", [f"model={moe}", f"megatron_training.model={moe}",

@@ -7,18 +7,16 @@ it say so in their names.
 """
 
 import json
+import pickle
 import time
 
 import pytest
 import yaml
-
-import pickle
-
-from grpo.sweep.backends import TrialFailed, backend_class, load_backend
-from grpo.sweep.backends.mindspeed import MindSpeedBackend, launch_env, render_trial_config
-from grpo.sweep.spec import MindSpeedSpec, SweepSpec
 from mindspeed_helpers import KEYS, STANDIN, Recorder, config, gone, make_weights, settings_for, standin_pid
 
+from grpo.sweep.backends import TrialFailed, backend_class, load_backend
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend, launch_env, render_trial_config
+from grpo.sweep.spec.models import MindSpeedSpec, SweepSpec
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ the Megatron arguments it composed, as Megatron's ``_print_args`` does; these te
 import shutil
 
 import pytest
-
-from grpo.sweep.backends.mindspeed import MindSpeedBackend, render_trial_config
 from mindspeed_helpers import STANDIN, Recorder, composed_args, config, make_weights, settings_for
+
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend, render_trial_config
 
 
 @pytest.fixture

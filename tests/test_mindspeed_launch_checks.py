@@ -14,12 +14,11 @@ import subprocess
 import sys
 
 import pytest
-
-from grpo.sweep.backends import TrialFailed
-from grpo.sweep.backends import mindspeed_rules
-from grpo.sweep.backends.mindspeed import MindSpeedBackend
 from mindspeed_helpers import STANDIN, Recorder, config, make_weights, settings_for
 from sweep_helpers import cli_env
+
+from grpo.sweep.backends import TrialFailed, mindspeed_rules
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ passes every rule, and so does every GRPO recipe MindSpeed-RL ships.
 from pathlib import Path
 
 import pytest
+from mindspeed_helpers import config, make_weights, settings_for
 
 from grpo.config import load_config
-from grpo.sweep.backends.mindspeed import MindSpeedBackend
-from grpo.sweep.backends.mindspeed_rules import actor_key, launch_rule_problems
-from mindspeed_helpers import config, make_weights, settings_for
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
+from grpo.sweep.backends.mindspeed.rules import actor_key, launch_rule_problems
 
 RECIPES = Path(__file__).parent / "data" / "mindspeed_recipes"
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from grpo.sweep.backends.mindspeed_log import (
+from grpo.sweep.backends.mindspeed.log import (
     classify_failure,
     clean_line,
     finite,

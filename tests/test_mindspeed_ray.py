@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from grpo.sweep.backends.mindspeed import MindSpeedBackend
 from mindspeed_helpers import config, make_weights, settings_for
+
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
 
 
 @pytest.mark.slow

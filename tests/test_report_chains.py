@@ -13,7 +13,7 @@ from report_fixtures import ITERATIONS, make_study
 
 from grpo.report import collect, write_report
 from grpo.report.chains import chain_text, logical_trials, retry_chains
-from grpo.sweep.commands import _chains_note, _status_rows
+from grpo.sweep.commands.handlers import _chains_note, _status_rows
 
 # make_study(chain=True): trials 0-5 as usual (3 FAIL without a retry), then the chain 6 -> 7 -> 8.
 CHAIN = [6, 7, 8]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from grpo.sweep.space import SearchSpace, distribution_values, format_value, parse_expression, parse_overrides
+from grpo.sweep.spec.space import SearchSpace, distribution_values, format_value, parse_expression, parse_overrides
 
 KEY = "rl_config.clip_ratio"
 

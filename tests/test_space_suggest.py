@@ -7,9 +7,9 @@ import textwrap
 import optuna
 import pytest
 
-from grpo.sweep.samplers import make_pruner, make_sampler
-from grpo.sweep.space import SearchSpace
-from grpo.sweep.load import load_spec
+from grpo.sweep.spec.load import load_spec
+from grpo.sweep.spec.samplers import make_pruner, make_sampler
+from grpo.sweep.spec.space import SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

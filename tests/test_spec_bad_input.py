@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
+from sweep_helpers import REPO, cli_env, run_cli
 
 from grpo.cli import sweep_main
-from grpo.sweep.load import load_spec
-from sweep_helpers import REPO, cli_env, run_cli
+from grpo.sweep.spec.load import load_spec
 
 CORPUS_FILE = Path(__file__).parent / "data" / "bad_input.yaml"
 CORPUS: list[dict[str, Any]] = yaml.safe_load(CORPUS_FILE.read_text(encoding="utf-8"))
@@ -135,7 +135,7 @@ def _past_the_door(*args: Any, **kwargs: Any) -> None:
 @pytest.mark.parametrize("case", CORPUS, ids=[c["name"] for c in CORPUS])
 def test_bad_input_gets_the_clean_error(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("grpo.sweep.scheduler.RayScheduler.__post_init__", _past_the_door)
+    monkeypatch.setattr("grpo.sweep.execution.scheduler.RayScheduler.__post_init__", _past_the_door)
     if case.get("syspath"):
         monkeypatch.syspath_prepend(str(tmp_path))
     spec = tmp_path / "spec.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grpo.errors import UserError
-from grpo.sweep.load import load_spec
+from grpo.sweep.spec.load import load_spec
 
 GOOD = """\
 study: s1

@@ -8,10 +8,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from grpo.sweep.space import SearchSpace
-from grpo.sweep.load import load_spec, looks_like_spec
-from grpo.sweep.spec import SweepSpec
-from grpo.sweep.study_store import fingerprint, make_storage
+from grpo.sweep.spec.load import load_spec, looks_like_spec
+from grpo.sweep.spec.models import SweepSpec
+from grpo.sweep.spec.space import SearchSpace
+from grpo.sweep.study.store import fingerprint, make_storage
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = """\

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from grpo.sweep.objectives import REDUCERS, CurveReducer, get_reducer
+from grpo.sweep.spec.objectives import REDUCERS, CurveReducer, get_reducer
 
 CURVE = [0.0, 0.2, 0.6, 0.4, 1.0]
 
@@ -57,6 +57,6 @@ def test_registry():
 
 @pytest.mark.parametrize("module", ["", "._last", "._max", "._mean_last_k", "._auc"])
 def test_docstring_examples_run(module):
-    mod = importlib.import_module("grpo.sweep.objectives" + module)
+    mod = importlib.import_module("grpo.sweep.spec.objectives" + module)
     result = doctest.testmod(mod)
     assert result.attempted > 0 and result.failed == 0

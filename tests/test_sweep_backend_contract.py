@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from sweep_helpers import cli_env, write_spec
 
 from grpo.config import load_config
 from grpo.errors import UserError
 from grpo.sweep.backends import TrialBackend, backend_class, load_backend
 from grpo.sweep.backends.embedded import EmbeddedBackend
-from grpo.sweep.backends.mindspeed import MindSpeedBackend
-from grpo.sweep.load import load_spec
-from sweep_helpers import cli_env, write_spec
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
+from grpo.sweep.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,8 +86,8 @@ def test_the_driver_and_preflight_name_no_backend():
 
 def test_launch_warnings_default_to_none_and_preflight_reports_them_without_refusing(tmp_path):
     """Node-level problems (what the machine running preflight lacks) are warnings, each once (issue 11)."""
-    from grpo.sweep.preflight import preflight
-    from grpo.sweep.space import SearchSpace
+    from grpo.sweep.run.preflight import preflight
+    from grpo.sweep.spec.space import SearchSpace
 
     cfg = load_config("grpo_trainer_tiny_cpu")
     assert EmbeddedBackend().launch_warnings(cfg) == []

@@ -1,4 +1,4 @@
-"""Joining a Ray cluster (grpo/sweep/connect.py): the address forms of ``ray.init(address=...)``, a one-line
+"""Joining a Ray cluster (grpo/sweep/execution/connect.py): the address forms of ``ray.init(address=...)``, a one-line
 error within 30 s for an address nothing usable answers at (before the study exists), and a real two-node
 cluster started with ``ray start`` (the documented recipe) with Ray's token authentication on, joined by
 ``host:port``, ``auto`` and ``ray://host:port``.
@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 
 import pytest
+from sweep_helpers import cli_env, load, states, write_spec
 
 from grpo.errors import UserError
-from grpo.sweep import connect
-from grpo.sweep.load import load_spec
-from sweep_helpers import cli_env, load, states, write_spec
+from grpo.sweep.execution import connect
+from grpo.sweep.spec.load import load_spec
 
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -295,7 +295,7 @@ def test_a_sweep_joins_a_token_cluster_by_host_port(token_cluster, tmp_path):
 def test_auto_and_ray_client_join_and_say_which(token_cluster, tmp_path):
     script = textwrap.dedent(f"""
         import ray
-        from grpo.sweep.connect import connect, disconnect
+        from grpo.sweep.execution.connect import connect, disconnect
         for address in ["auto", "ray://127.0.0.1:{token_cluster.client_port}"]:
             assert connect(address)
             print("task", ray.get(ray.remote(lambda: 6 * 7).remote()), flush=True)

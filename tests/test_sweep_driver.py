@@ -10,15 +10,15 @@ import socket
 import time
 
 import pytest
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
+from sweep_helpers import load, module_ray, states, write_spec
 
 from grpo.errors import UserError
 from grpo.report.trial_config import recorded_config
-from grpo.sweep.driver import forked as fork
-from grpo.sweep.driver import run_study
-from grpo.sweep.load import load_spec
-from optuna.storages import RetryHeartbeatStaleTrialCallback
-from sweep_helpers import load, module_ray, states, write_spec
+from grpo.sweep.run.driver import forked as fork
+from grpo.sweep.run.driver import run_study
+from grpo.sweep.spec.load import load_spec
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -189,7 +189,7 @@ def test_a_repeated_proposal_is_never_run_again(tmp_path, monkeypatch):
         assert not t.intermediate_values and "trial_dir" not in t.user_attrs  # never launched
     # Not results: status and the report's view of the study leave them out.
     from grpo.report._snapshot import snapshot
-    from grpo.sweep.commands import _status_rows
+    from grpo.sweep.commands.handlers import _status_rows
 
     assert sorted(r["number"] for r in _status_rows(study)) == sorted(by_number)
     assert sorted(t.number for t in snapshot(study).get_trials()) == sorted(by_number)
@@ -232,7 +232,7 @@ def test_a_full_disk_in_the_driver_stops_the_study_cleanly_and_it_resumes(tmp_pa
     import errno
 
     from grpo.errors import StudyStopped
-    from grpo.sweep import driver as driver_mod
+    from grpo.sweep.run import driver as driver_mod
 
     real_record, calls = driver_mod._Driver._record, []
 
@@ -262,7 +262,6 @@ def test_optunas_own_tools_open_the_study_by_the_storage_we_print(tmp_path, monk
 
     from optuna.cli import _get_storage
     from optuna_dashboard._storage_url import guess_storage_from_url
-
     from sweep_helpers import start_cli
 
     _run(tmp_path, monkeypatch, trials=1)

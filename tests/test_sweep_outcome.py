@@ -1,10 +1,10 @@
-"""The outcome of a finished trial, decided without Ray or Optuna (grpo.sweep.outcome.decide)."""
+"""The outcome of a finished trial, decided without Ray or Optuna (grpo.sweep.run.outcome.decide)."""
 
 import math
 
 import pytest
 
-from grpo.sweep.outcome import Complete, Failed, Interrupted, Pruned, SeedEnd, decide
+from grpo.sweep.run.outcome import Complete, Failed, Interrupted, Pruned, SeedEnd, decide
 
 LOG = ["line 1", "line 2"]
 DONE = {"status": "complete"}
@@ -93,8 +93,8 @@ def test_a_retry_that_never_launched_hands_on_the_checkpoint_its_trial_would_hav
     resumes from where it would have (its resume_from), not from its own empty folder."""
     import optuna
 
-    from grpo.sweep.retry import fail_and_maybe_retry
-    from grpo.sweep.study_store import StudyStore
+    from grpo.sweep.study.retry import fail_and_maybe_retry
+    from grpo.sweep.study.store import StudyStore
 
     study = optuna.create_study()
     store = StudyStore(study)

@@ -1,4 +1,4 @@
-"""The terminal view of a running study (grpo/sweep/progress.py) and the snapshots the driver hands it:
+"""The terminal view of a running study (grpo/sweep/commands/progress.py) and the snapshots the driver hands it:
 the last frame is the final state, running trials show x/N iterations, the study an ETA, and off a
 terminal a progress line comes between a trial's start and end lines."""
 
@@ -9,11 +9,11 @@ import io
 import pytest
 import ray
 from rich.console import Console
-
-from grpo.sweep.driver import ProgressSnapshot, RunningTrial, run_study
-from grpo.sweep.load import load_spec
-from grpo.sweep.progress import LiveProgress
 from sweep_helpers import TESTS, write_spec
+
+from grpo.sweep.commands.progress import LiveProgress
+from grpo.sweep.run.driver import ProgressSnapshot, RunningTrial, run_study
+from grpo.sweep.spec.load import load_spec
 
 RUNNING = RunningTrial(3, {"rl_config.clip_ratio": 0.186}, 1, 6, 0.7576, iterations=12, elapsed_s=6.0)
 MIDWAY = ProgressSnapshot(3, [RUNNING], (1, 0.9648), total=4, done={"complete": 2, "pruned": 1},

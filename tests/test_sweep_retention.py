@@ -1,4 +1,4 @@
-"""Checkpoint retention after a trial ends (spec ``keep_final_checkpoints``, grpo/sweep/retention.py).
+"""Checkpoint retention after a trial ends (spec ``keep_final_checkpoints``, grpo/sweep/run/retention.py).
 
 Real studies on the cheap backends of tests/sweep_test_backends.py (they write Megatron's tracker file in
 ``runs/seed<k>/ckpt``), the real driver, Ray scheduler and Optuna journal; the rule's decisions on their own
@@ -23,9 +23,9 @@ from grpo.report.best import best_trial
 from grpo.report.collect import collect
 from grpo.report.disk import size_text
 from grpo.report.page_cost import disk_facts
-from grpo.sweep.driver import run_study
-from grpo.sweep.load import load_spec
-from grpo.sweep.retention import Retention, kept_by_rule, needed_for_resume, removable, remove_checkpoints
+from grpo.sweep.run.driver import run_study
+from grpo.sweep.run.retention import Retention, kept_by_rule, needed_for_resume, removable, remove_checkpoints
+from grpo.sweep.spec.load import load_spec
 
 TRACKER = "latest_checkpointed_iteration.txt"
 
@@ -284,7 +284,7 @@ def test_a_removal_that_fails_is_a_warning(tmp_path, monkeypatch):
     def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr("grpo.sweep.retention.shutil.rmtree", refuse)
+    monkeypatch.setattr("grpo.sweep.run.retention.shutil.rmtree", refuse)
     removed, warnings = remove_checkpoints(runs)
     assert removed == 0 and len(warnings) == 2
     assert warnings[0] == f"{runs[0] / 'ckpt'}: could not remove the checkpoints: Permission denied"

@@ -19,15 +19,15 @@ import pytest
 import ray
 from optuna.trial import TrialState
 from rich.console import Console
-
-from grpo.report.stats import trial_interval
-from grpo.sweep import commands
-from grpo.sweep.driver import run_study
-from grpo.sweep.load import load_spec
-from grpo.sweep.objectives import get_reducer
-from grpo.sweep.retry import counts_toward_budget
 from sweep_helpers import REPO, TESTS, count_lines, load, run_cli, start_cli, states, wait_for, write_spec
 from sweep_test_backends import BASE_SEED
+
+from grpo.report.stats import trial_interval
+from grpo.sweep.commands import handlers as commands
+from grpo.sweep.run.driver import run_study
+from grpo.sweep.spec.load import load_spec
+from grpo.sweep.spec.objectives import get_reducer
+from grpo.sweep.study.retry import counts_toward_budget
 
 CPUS = 4
 

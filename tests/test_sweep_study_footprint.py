@@ -16,9 +16,9 @@ from sweep_helpers import load, module_ray, states, write_spec
 from grpo.report import collect
 from grpo.report.collect import value_columns
 from grpo.report.trial_config import CONFIG_FILE, config_pointer, digest, recorded_config
-from grpo.sweep.driver import run_study
-from grpo.sweep.load import load_spec
-from grpo.sweep.study_store import StudyStore
+from grpo.sweep.run.driver import run_study
+from grpo.sweep.spec.load import load_spec
+from grpo.sweep.study.store import StudyStore
 
 
 @pytest.fixture(scope="module", autouse=True)

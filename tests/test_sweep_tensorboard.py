@@ -16,9 +16,9 @@ from optuna.trial import TrialState
 from sweep_helpers import module_ray, write_spec
 from test_engine_tracking import hparams_session_groups
 
-from grpo.sweep.driver import run_study
-from grpo.sweep.load import load_spec
-from grpo.sweep.objectives import get_reducer
+from grpo.sweep.run.driver import run_study
+from grpo.sweep.spec.load import load_spec
+from grpo.sweep.spec.objectives import get_reducer
 
 TAG = "objective/grpo/score/mean"
 

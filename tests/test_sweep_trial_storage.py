@@ -1,4 +1,4 @@
-"""Trial storage (``trial_storage:``, grpo/sweep/trial_storage.py): seed runs kept where every node sees them,
+"""Trial storage (``trial_storage:``, grpo/sweep/execution/trial_storage.py): seed runs kept where every node sees them,
 run in node-local scratch, resumed on any node.
 
 The unit tests use a local folder as the storage (pyarrow's LocalFileSystem; an object store takes the same
@@ -29,10 +29,9 @@ from sweep_helpers import TESTS, write_spec
 from grpo._fs import CHECKPOINT_TRACKER, atomic_write_text
 from grpo.config import load_config
 from grpo.errors import UserError
-from grpo.sweep import trial_storage
 from grpo.sweep.backends import TrialBackend
-from grpo.sweep.load import load_spec
-from grpo.sweep.trial_storage import (
+from grpo.sweep.execution import trial_storage
+from grpo.sweep.execution.trial_storage import (
     RunStorage,
     StagedRun,
     TrialStorage,
@@ -42,6 +41,7 @@ from grpo.sweep.trial_storage import (
     run_path,
     study_location,
 )
+from grpo.sweep.spec.load import load_spec
 
 RUN = run_path(0, 0)
 
@@ -252,7 +252,7 @@ def two_nodes(tmp_path):
 def test_a_trial_killed_with_its_node_resumes_from_trial_storage_on_the_other_node(two_nodes, tmp_path, monkeypatch):
     from optuna.trial import TrialState
 
-    from grpo.sweep.driver import run_study
+    from grpo.sweep.run.driver import run_study
 
     cluster, nodes, scratch = two_nodes
     store = tmp_path / "store"  # under neither node's scratch, and no trial dir of the driver's
@@ -310,11 +310,11 @@ def test_the_engine_resumes_from_a_checkpoint_it_downloaded_from_trial_storage(t
     """The embedded engine's own checkpoint (weights, reference, optimizer, RNG, tokenizer) through the builder and
     the worker, as the driver runs them (in this process): trial 0 saves at 2 and 4; trial 1, its retry with two
     more iterations, resumes at 4 from what it downloaded into its scratch, and its checkpoint 6 is stored."""
-    from grpo.sweep import worker
     from grpo.sweep.backends import load_backend
-    from grpo.sweep.preflight import preflight
-    from grpo.sweep.space import SearchSpace
-    from grpo.sweep.trial_builder import TrialBuilder, adopted_history
+    from grpo.sweep.execution import worker
+    from grpo.sweep.run.preflight import preflight
+    from grpo.sweep.run.trial_builder import TrialBuilder, adopted_history
+    from grpo.sweep.spec.space import SearchSpace
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(trial_storage.SCRATCH_ENV, str(tmp_path / "scratch"))
@@ -359,7 +359,7 @@ def test_the_engine_resumes_from_a_checkpoint_it_downloaded_from_trial_storage(t
 def test_retention_removes_a_trials_checkpoints_from_an_object_store(tmp_path):
     """keep_final_checkpoints on trial storage that is not a local folder: the stored checkpoints go (the
     tracker with them, so nothing names a removed checkpoint as the latest), the run's other files stay."""
-    from grpo.sweep.retention import remove_stored_checkpoints
+    from grpo.sweep.run.retention import remove_stored_checkpoints
 
     location = "file://" + study_location(str(tmp_path / "store"), "s")  # opened as a URI, through pyarrow.fs
     store = TrialStorage(location)

@@ -17,7 +17,7 @@ REPEAT_OF = "repeat_of"  # trial attr: a proposal equal to that trial's paramete
 
 
 def is_repeat(trial: FrozenTrial) -> bool:
-    """A repeated proposal answered from an earlier trial (see grpo/sweep/repeats.py): the sampler's record,
+    """A repeated proposal answered from an earlier trial (see grpo/sweep/study/repeats.py): the sampler's record,
     not a result. The report, ``status``, ``best`` and the budget leave it out."""
     return trial.user_attrs.get(REPEAT_OF) is not None
 

@@ -72,7 +72,7 @@ RUN_KEYS = (
 )
 
 
-# What a retry sets to resume from its own checkpoint (grpo.sweep.trial_builder.RESUME_KEYS).
+# What a retry sets to resume from its own checkpoint (grpo.sweep.run.trial_builder.RESUME_KEYS).
 RESUME_KEYS = ("actor_config.finetune", "actor_config.no_load_optim", "actor_config.no_load_rng")
 
 

@@ -10,7 +10,7 @@ import importlib
 
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
-from grpo.sweep.spec import SweepSpec
+from grpo.sweep.spec.models import SweepSpec
 
 
 def backend_class(name: str, source: str = "sweep spec") -> type[TrialBackend]:
@@ -20,7 +20,7 @@ def backend_class(name: str, source: str = "sweep spec") -> type[TrialBackend]:
 
         return EmbeddedBackend
     if name == "mindspeed":
-        from grpo.sweep.backends.mindspeed import MindSpeedBackend
+        from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
 
         return MindSpeedBackend
     module_name, _, class_name = name.partition(":")

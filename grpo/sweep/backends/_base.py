@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from grpo.config import GRPOConfig
-from grpo.sweep.spec import SweepSpec
+from grpo.sweep.spec.models import SweepSpec
 
 
 class TrialFailed(Exception):

@@ -22,8 +22,8 @@ from typing import TypedDict
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo._fs import pid_alive
-from grpo.sweep.retry import fail_and_maybe_retry
-from grpo.sweep.study_store import StudyStore
+from grpo.sweep.study.retry import fail_and_maybe_retry
+from grpo.sweep.study.store import StudyStore
 
 HEARTBEAT_EVERY_S = 10.0
 STALE_AFTER_S = 60.0

@@ -4,7 +4,7 @@ One class per module behind ``CurveReducer`` (``_base.py``), picked by name with
 ``last`` (default), ``max``, ``min``, ``mean_last_k`` (with ``k``) and ``auc``.
 
 Example:
-    >>> from grpo.sweep.objectives import get_reducer
+    >>> from grpo.sweep.spec.objectives import get_reducer
     >>> curve = [0.1, 0.3, 0.2, 0.6]
     >>> [round(get_reducer(name, k=2).reduce(curve), 4) for name in ("last", "max", "mean_last_k", "auc")]
     [0.6, 0.6, 0.4, 0.2833]
@@ -12,11 +12,11 @@ Example:
 
 from __future__ import annotations
 
-from grpo.sweep.objectives._auc import AUCReducer
-from grpo.sweep.objectives._base import CurveReducer
-from grpo.sweep.objectives._last import LastReducer
-from grpo.sweep.objectives._max import MaxReducer, MinReducer
-from grpo.sweep.objectives._mean_last_k import DEFAULT_K, MeanLastKReducer
+from grpo.sweep.spec.objectives._auc import AUCReducer
+from grpo.sweep.spec.objectives._base import CurveReducer
+from grpo.sweep.spec.objectives._last import LastReducer
+from grpo.sweep.spec.objectives._max import MaxReducer, MinReducer
+from grpo.sweep.spec.objectives._mean_last_k import DEFAULT_K, MeanLastKReducer
 
 REDUCERS: dict[str, type[CurveReducer]] = {
     "last": LastReducer,

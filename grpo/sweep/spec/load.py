@@ -1,11 +1,11 @@
 """Loading a sweep spec file: ``load_spec(path) -> SweepSpec``, every problem found at once.
 
-``load_spec`` reads the YAML through the guard (``grpo._yaml``), validates every key against ``grpo.sweep.spec``
+``load_spec`` reads the YAML through the guard (``grpo._yaml``), validates every key against ``grpo.sweep.spec.models``
 (unknown keys are errors with a did-you-mean, values are checked against their type and range),
 resolves ``base`` to a config, checks ``overrides`` and the ``search`` space against the config schema,
 and checks the sampler and pruner. Every problem becomes one line ``<file>: <key path>: <what is wrong>``
 and they are raised together as one ``UserError``. Nothing is written while loading: the study folder
-is created only when the study runs (``grpo.sweep.study_store``).
+is created only when the study runs (``grpo.sweep.study.store``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from grpo._yaml import encoding_of as _encoding_of
 from grpo._yaml import read_yaml as _read_yaml
 from grpo.config import config_names, config_search_path, find_config, load_config, shipped_sweep, shipped_sweep_names
 from grpo.errors import UserError, did_you_mean, dotted, validation_lines
-from grpo.sweep.samplers import check_sampler_and_pruner
-from grpo.sweep.space import GROUP_KEYS, SearchSpace, check_key, distribution_ends, format_value, parse_overrides
-from grpo.sweep.spec import SearchEntry, SweepSpec
+from grpo.sweep.spec.models import SearchEntry, SweepSpec
+from grpo.sweep.spec.samplers import check_sampler_and_pruner
+from grpo.sweep.spec.space import GROUP_KEYS, SearchSpace, check_key, distribution_ends, format_value, parse_overrides
 
 
 # -------------------------------------------------------------------------------- error messages
@@ -287,7 +287,7 @@ def _content_problems(
         if problem:
             problems.append(problem)
     if "trial_storage" not in skip and isinstance(data.get("trial_storage"), str):
-        from grpo.sweep.trial_storage import location_problem  # pyarrow: imported only when the key is set
+        from grpo.sweep.execution.trial_storage import location_problem  # pyarrow: imported only when the key is set
 
         problem = location_problem(data["trial_storage"])
         if problem:

@@ -20,11 +20,11 @@ from grpo._fs import checkpoint_iteration, read_jsonl
 from grpo.config import GRPOConfig, load_config
 from grpo.errors import UserError
 from grpo.sweep.backends import RayOptions, TrialBackend
-from grpo.sweep.preflight import trial_problems
-from grpo.sweep.space import SearchSpace
-from grpo.sweep.spec import SweepSpec
-from grpo.sweep.trial_storage import RunStorage, join, local_folder, open_storage, run_path, study_location
-from grpo.sweep.worker import SeedJob, SeedRun
+from grpo.sweep.execution.trial_storage import RunStorage, join, local_folder, open_storage, run_path, study_location
+from grpo.sweep.execution.worker import SeedJob, SeedRun
+from grpo.sweep.run.preflight import trial_problems
+from grpo.sweep.spec.models import SweepSpec
+from grpo.sweep.spec.space import SearchSpace
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
 # Config paths a Ray worker must see as absolute (it may run in another cwd or on another node).
@@ -110,7 +110,7 @@ class TrialBuilder:
         Seed ``k`` of the list runs in ``runs/seed<k>``; a retry (``resume_from``: the retried trial's dir)
         continues each seed from that trial's ``runs/seed<k>/ckpt`` when it has a checkpoint there. With trial
         storage, both live in the study's folder there (``trials/<N>/runs/seed<k>``, ``N`` the trial's number,
-        the name of its dir) and the worker runs the seed in node-local scratch (grpo.sweep.trial_storage).
+        the name of its dir) and the worker runs the seed in node-local scratch (grpo.sweep.execution.trial_storage).
         """
         spec = self.spec
         sampled = self.space.to_overrides(params)

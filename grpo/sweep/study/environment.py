@@ -33,7 +33,7 @@ def _version(name: str) -> str | None:
 def project_commit(root: Path | None = None) -> str | None:
     """``git rev-parse HEAD`` of the folder holding the ``grpo`` package, when that folder is a git
     checkout's top level (an installed copy inside some other repository has no commit of its own)."""
-    root = (root or Path(__file__).resolve().parents[2]).resolve()
+    root = (root or Path(__file__).resolve().parents[3]).resolve()
     try:
         top = _git(root, "rev-parse", "--show-toplevel")
         if top is None or Path(top).resolve() != root:

@@ -8,7 +8,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.report.best import is_repeat
-from grpo.sweep.study_store import StudyStore
+from grpo.sweep.study.store import StudyStore
 
 CONFIRMATION_OF = "confirmation_of"  # trial attr: the search trial a confirmation trial reruns
 

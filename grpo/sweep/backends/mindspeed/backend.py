@@ -51,9 +51,9 @@ from grpo.config import GRPOConfig
 from grpo.config.render import mindspeed_dict, render_mindspeed_model
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
-from grpo.sweep.backends.mindspeed_log import classify_failure, clean_line, finite, parse_metrics_line
-from grpo.sweep.backends.mindspeed_rules import launch_rule_problems, ray_node_problems
-from grpo.sweep.spec import MindSpeedSpec, SweepSpec
+from grpo.sweep.backends.mindspeed.log import classify_failure, clean_line, finite, parse_metrics_line
+from grpo.sweep.backends.mindspeed.rules import launch_rule_problems, ray_node_problems
+from grpo.sweep.spec.models import MindSpeedSpec, SweepSpec
 
 ADMISSION_RESOURCE = "npu_slots"  # logical Ray resource, one per NPU (see the module docstring)
 CONFIG_DIR = "mindspeed_config"

@@ -15,7 +15,7 @@ import statistics
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from grpo.sweep.spec import CollapseRule
+from grpo.sweep.spec.models import CollapseRule
 
 Curve = Sequence[tuple[int, float]]  # (iteration, value), iterations ascending
 

@@ -1,6 +1,6 @@
 """The sweep spec (``sweeps/*.yaml``) as validated pydantic models; nothing here reads files or imports Optuna.
 
-``grpo.sweep.load.load_spec(path)`` reads a spec file and builds a ``SweepSpec`` (with the checks that
+``grpo.sweep.spec.load.load_spec(path)`` reads a spec file and builds a ``SweepSpec`` (with the checks that
 need the config dir, the search space and the sampler); this module is only the data model and the
 checks a single value allows. The full key reference is docs/sweep_spec.md.
 """
@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from grpo.sweep.connect import parse as parse_address
-from grpo.sweep.objectives import DEFAULT_K, CurveReducer, get_reducer
+from grpo.sweep.execution.connect import parse as parse_address
+from grpo.sweep.spec.objectives import DEFAULT_K, CurveReducer, get_reducer
 
 STUDY_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_STUDY_NAME = 100  # a folder name under studies/ and reports/ (file systems stop at 255 bytes)
@@ -25,7 +25,7 @@ RAY_OWN_RESOURCES = {"CPU": "set CPUs with cluster.num_cpus", "GPU": "GPUs are f
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 BACKEND = re.compile(r"^(embedded|mindspeed|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 STORAGE_SCHEMES = ("journal:", "sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+")
-# The names a spec may use; grpo.sweep.samplers and grpo.sweep.objectives map each to its class
+# The names a spec may use; grpo.sweep.spec.samplers and grpo.sweep.spec.objectives map each to its class
 # (tests/test_spec_load.py checks the two agree).
 SamplerName = Literal["tpe", "random", "grid", "cmaes", "nsga2", "gp"]
 PrunerName = Literal["median", "successive_halving", "hyperband", "none"]
@@ -249,7 +249,7 @@ class ConfirmSpec(_Strict):
 
 
 class SweepSpec(_Strict):
-    """A validated sweep spec. ``grpo.sweep.load.load_spec`` builds it from a file (``base`` then names the
+    """A validated sweep spec. ``grpo.sweep.spec.load.load_spec`` builds it from a file (``base`` then names the
     resolved config, and ``path``/``warnings`` are set); ``model_validate`` alone skips the file checks."""
 
     study: str
@@ -266,14 +266,14 @@ class SweepSpec(_Strict):
     timeout_per_trial: float | None = Field(None, gt=0)
     # Checkpoints each trial keeps (the newest; resuming needs one); null keeps every one saved.
     keep_checkpoints: int | None = Field(1, ge=1)
-    # Checkpoints kept once a trial has ended (grpo.sweep.retention): the best trial's (a multi-objective
+    # Checkpoints kept once a trial has ended (grpo.sweep.run.retention): the best trial's (a multi-objective
     # study: its Pareto front's), every trial's, or none; what a retry resumes from stays until it has run.
     keep_final_checkpoints: KeepRule = "best"
     # embedded | mindspeed | "package.module:ClassName" (a user's own TrialBackend subclass)
     backend: str = "embedded"
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     storage: str | None = None
-    # Where trial runs (checkpoints, logs) are kept: a path or URI every node sees (grpo.sweep.trial_storage);
+    # Where trial runs (checkpoints, logs) are kept: a path or URI every node sees (grpo.sweep.execution.trial_storage);
     # null: in the trial dirs under the study dir. load.py checks the value.
     trial_storage: str | None = None
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)

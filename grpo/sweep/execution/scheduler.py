@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo.sweep.connect import connect, disconnect
-from grpo.sweep.worker import SeedJob, TrialWorker
+from grpo.sweep.execution.connect import connect, disconnect
+from grpo.sweep.execution.worker import SeedJob, TrialWorker
 
 JobKey = tuple[int, int]  # (trial number, seed index)
 
@@ -68,8 +68,8 @@ class RayScheduler:
     def __post_init__(self) -> None:
         import ray
 
-        # grpo.sweep.connect: the address resolved and probed as Ray's own tools do (one-line errors), a remote
-        # cluster announced in one line; when `grpo-sweep run` joined it already, the connection is reused.
+        # grpo.sweep.execution.connect: the address resolved and probed as Ray's own tools do (one-line errors),
+        # a remote cluster announced in one line; when `grpo-sweep run` joined it already, the connection is reused.
         self._started_ray = connect(self.address, num_cpus=self.num_cpus, resources=self.resources)
         self._actor_cls = ray.remote(max_concurrency=4)(TrialWorker)  # type: ignore[call-overload]  # Ray's stubs lack actor options
         self._total = {k: float(v) for k, v in ray.cluster_resources().items()}

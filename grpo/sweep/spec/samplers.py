@@ -35,8 +35,8 @@ from typing import Any
 import optuna
 
 from grpo.errors import UserError, did_you_mean
-from grpo.sweep.space import MAX_GRID_POINTS, SearchSpace
-from grpo.sweep.spec import SweepSpec
+from grpo.sweep.spec.models import SweepSpec
+from grpo.sweep.spec.space import MAX_GRID_POINTS, SearchSpace
 
 
 class AskTellGridSampler(optuna.samplers.GridSampler):
@@ -271,7 +271,7 @@ def probe_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> list[str]:
 
 def make_sampler(spec: SweepSpec, space: SearchSpace, seed: int | None = None) -> optuna.samplers.BaseSampler:
     """The Optuna sampler of ``spec`` (see the module doc for the defaults of each name); ``seed``, when
-    given, replaces ``sampler.seed`` (the driver derives one per run: ``grpo.sweep.driver.sampler_seed``)."""
+    given, replaces ``sampler.seed`` (the driver derives one per run: ``grpo.sweep.run.driver.sampler_seed``)."""
     name, src = spec.sampler.name, spec.source
     kwargs: dict[str, Any] = {"seed": spec.sampler.seed if seed is None else seed}
     if name == "tpe":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from grpo.sweep.objectives._base import CurveReducer, _checked
+from grpo.sweep.spec.objectives._base import CurveReducer, _checked
 
 
 class MaxReducer(CurveReducer):
@@ -14,7 +14,7 @@ class MaxReducer(CurveReducer):
     average over many rollouts, such as ``grpo/score/mean``.
 
     Example:
-        >>> from grpo.sweep.objectives import get_reducer
+        >>> from grpo.sweep.spec.objectives import get_reducer
         >>> get_reducer("max").reduce([0.1, 0.4, 0.3])
         0.4
     """
@@ -29,7 +29,7 @@ class MinReducer(CurveReducer):
     """The smallest value of the curve: the best a minimised metric (a loss) ever got.
 
     Example:
-        >>> from grpo.sweep.objectives import get_reducer
+        >>> from grpo.sweep.spec.objectives import get_reducer
         >>> get_reducer("min").reduce([0.5, 0.2, 0.3])
         0.2
     """

@@ -12,7 +12,7 @@ while ``run`` works.
 
 With ``trial_storage`` in the spec, a job runs in this node's scratch instead of its ``run_dir``: the
 checkpoint it resumes from is downloaded first, each new checkpoint is uploaded from the ``report``
-callback, and the run folder at the end (``grpo.sweep.trial_storage``).
+callback, and the run folder at the end (``grpo.sweep.execution.trial_storage``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from grpo._fs import pid_alive
 from grpo.config import GRPOConfig
 from grpo.sweep.backends import TrialBackend, TrialFailed
-from grpo.sweep.trial_storage import RunStorage, StagedRun, TrialStorageError
+from grpo.sweep.execution.trial_storage import RunStorage, StagedRun, TrialStorageError
 
 Event = tuple[int, int, dict[str, Any]]  # (seed, iteration, metrics)
 
@@ -39,7 +39,7 @@ class SeedRun:
     seed: int
     cfg: GRPOConfig
     run_dir: str  # where the run writes; with trial storage, where the driver sees it (see ``storage``)
-    # With ``trial_storage``: the run is kept there and runs in node-local scratch (grpo.sweep.trial_storage)
+    # With ``trial_storage``: the run is kept there and runs in node-local scratch (grpo.sweep.execution.trial_storage)
     storage: RunStorage | None = None
 
 

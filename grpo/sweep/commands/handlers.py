@@ -21,21 +21,21 @@ from grpo.errors import UserError
 from grpo.report.best import is_repeat
 from grpo.report.chains import chain_text, is_placeholder, retry_chains
 from grpo.report.stats import Interval, trial_interval
-from grpo.sweep.space import format_params
-from grpo.sweep.spec import SweepSpec
+from grpo.sweep.spec.models import SweepSpec
+from grpo.sweep.spec.space import format_params
 
 REPORT_EVERY_S = 2.0  # the report is rewritten after a trial at most this often (and always at the end)
 REPORT_SHARE = 0.2  # ... and takes at most this share of the driver's time (a 10,000-trial report is slow)
 
 
 def _spec(args: argparse.Namespace, **cli: Any) -> SweepSpec:
-    from grpo.sweep.load import load_spec
+    from grpo.sweep.spec.load import load_spec
 
     return load_spec(args.spec, **{k: v for k, v in cli.items() if v is not None})
 
 
 def _existing_study(spec: SweepSpec) -> optuna.Study:
-    from grpo.sweep.study_store import find_study
+    from grpo.sweep.study.store import find_study
 
     study = find_study(spec)
     if study is None:
@@ -48,8 +48,8 @@ def report_dir(spec: SweepSpec) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from grpo.sweep.driver import forked, run_study
-    from grpo.sweep.progress import LiveProgress
+    from grpo.sweep.commands.progress import LiveProgress
+    from grpo.sweep.run.driver import forked, run_study
 
     spec = _spec(args, address=args.address, concurrency=args.concurrency, trials=args.trials)
     if args.fork:
@@ -57,7 +57,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for warning in spec.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    from grpo.sweep.connect import join_remote  # a remote cluster is joined before the study exists (one-line errors)
+    from grpo.sweep.execution.connect import (
+        join_remote,  # a remote cluster is joined before the study exists (one-line errors)
+    )
 
     join_remote(spec.cluster.address, where="--address" if args.address else f"{spec.source}: cluster.address")
     console = Console(stderr=False)
@@ -320,7 +322,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         from optuna_dashboard import run_server
     except ImportError as err:
         raise UserError(f"dashboard: optuna-dashboard is not installed ({err}); pip install optuna-dashboard") from None
-    from grpo.sweep.study_store import make_storage
+    from grpo.sweep.study.store import make_storage
 
     spec = _spec(args)
     _existing_study(spec)  # a study that was never run: one line, nothing created
@@ -333,10 +335,10 @@ def validate_spec(args: argparse.Namespace) -> int:
     """Dry run: the search space, grid size, feasibility of sampled points, layouts, estimated compute."""
     from grpo.config import derive
     from grpo.sweep.backends import load_backend
-    from grpo.sweep.layout_table import layout_table
-    from grpo.sweep.load import load_spec
-    from grpo.sweep.preflight import preflight
-    from grpo.sweep.space import SearchSpace
+    from grpo.sweep.commands.layout_table import layout_table
+    from grpo.sweep.run.preflight import preflight
+    from grpo.sweep.spec.load import load_spec
+    from grpo.sweep.spec.space import SearchSpace
 
     spec = load_spec(args.target)
     space = SearchSpace.from_spec(spec)

@@ -1,7 +1,7 @@
 """The terminal view of a running study: a live table of running trials and an overall progress bar, or,
 when stdout is not a terminal (nohup, CI, a pipe), a progress line every ``LINE_EVERY_S``.
 
-It shows ``ProgressSnapshot`` values the driver hands it (``grpo.sweep.driver``) and never reads the
+It shows ``ProgressSnapshot`` values the driver hands it (``grpo.sweep.run.driver``) and never reads the
 driver itself. The ETA is the snapshot's (``ProgressSnapshot.eta_s``: running trials at their own pace,
 the trials still to start at the finished trials' mean wall time, shared by the concurrency slots);
 "ETA unknown" until a trial has finished. The last frame, drawn on exit, is the study's final state:
@@ -18,11 +18,11 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from grpo.sweep.space import format_params
-from grpo.sweep.spec import SweepSpec
+from grpo.sweep.spec.models import SweepSpec
+from grpo.sweep.spec.space import format_params
 
 if TYPE_CHECKING:
-    from grpo.sweep.driver import ProgressSnapshot, RunningTrial
+    from grpo.sweep.run.driver import ProgressSnapshot, RunningTrial
 
 REFRESH_S = 0.5
 LINE_EVERY_S = 30.0  # off a terminal: a progress line at least this often (trial start/end lines come besides)

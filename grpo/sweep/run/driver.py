@@ -43,22 +43,28 @@ from grpo.errors import StudyStopped, UserError
 from grpo.report.best import best_trial, ranked
 from grpo.report.stats import Interval, verdict
 from grpo.report.trial_config import CONFIG_FILE, config_pointer
-from grpo.sweep import lease
 from grpo.sweep.backends import TrialBackend, load_backend
-from grpo.sweep.collapse import collapse_reason
-from grpo.sweep.outcome import Complete, Failed, Interrupted, Outcome, Pruned, SeedEnd, decide
-from grpo.sweep.preflight import preflight
-from grpo.sweep.repeats import answer_repeat
-from grpo.sweep.retention import Retention
-from grpo.sweep.retry import CONFIRMATION_OF, counts_toward_budget, fail_and_maybe_retry, holds_budget, is_confirmation
-from grpo.sweep.samplers import make_pruner, make_sampler
-from grpo.sweep.scheduler import Finished, JobKey, RayScheduler
-from grpo.sweep.space import SearchSpace, format_params
-from grpo.sweep.spec import STUDY_NAME, SweepSpec
-from grpo.sweep.study_store import StudyStore, open_study
-from grpo.sweep.trial_builder import TrialBuilder, TrialPlan, adopted_history
-from grpo.sweep.trial_storage import local_folder, stored_tail
-from grpo.sweep.worker import Event
+from grpo.sweep.execution.scheduler import Finished, JobKey, RayScheduler
+from grpo.sweep.execution.trial_storage import local_folder, stored_tail
+from grpo.sweep.execution.worker import Event
+from grpo.sweep.run.collapse import collapse_reason
+from grpo.sweep.run.outcome import Complete, Failed, Interrupted, Outcome, Pruned, SeedEnd, decide
+from grpo.sweep.run.preflight import preflight
+from grpo.sweep.run.retention import Retention
+from grpo.sweep.run.trial_builder import TrialBuilder, TrialPlan, adopted_history
+from grpo.sweep.spec.models import STUDY_NAME, SweepSpec
+from grpo.sweep.spec.samplers import make_pruner, make_sampler
+from grpo.sweep.spec.space import SearchSpace, format_params
+from grpo.sweep.study import lease
+from grpo.sweep.study.repeats import answer_repeat
+from grpo.sweep.study.retry import (
+    CONFIRMATION_OF,
+    counts_toward_budget,
+    fail_and_maybe_retry,
+    holds_budget,
+    is_confirmation,
+)
+from grpo.sweep.study.store import StudyStore, open_study
 
 POLL_S = 0.05
 TIMEOUT_KILL_GRACE_S = 30.0

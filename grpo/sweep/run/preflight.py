@@ -16,9 +16,9 @@ from grpo.config import GRPOConfig, load_config
 from grpo.config.inert import lint_points
 from grpo.errors import UserError
 from grpo.sweep.backends import TrialBackend
-from grpo.sweep.space import SearchSpace
-from grpo.sweep.spec import SweepSpec
-from grpo.sweep.study_store import check_storage
+from grpo.sweep.spec.models import SweepSpec
+from grpo.sweep.spec.space import SearchSpace
+from grpo.sweep.study.store import check_storage
 
 MAX_POINTS_CHECKED = 64
 

@@ -38,7 +38,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from grpo.config import group_options, known_keys, suggest_key
 from grpo.errors import UserError, did_you_mean
-from grpo.sweep.spec import SearchEntry, SweepSpec
+from grpo.sweep.spec.models import SearchEntry, SweepSpec
 
 if TYPE_CHECKING:
     import optuna

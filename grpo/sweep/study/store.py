@@ -32,9 +32,9 @@ from optuna.storages.journal._storage import JournalOperation
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.errors import UserError
-from grpo.sweep.environment import environment
-from grpo.sweep.space import parse_expression
-from grpo.sweep.spec import SweepSpec
+from grpo.sweep.spec.models import SweepSpec
+from grpo.sweep.spec.space import parse_expression
+from grpo.sweep.study.environment import environment
 
 # Optuna's own system attrs for a retried trial (optuna.storages.RetryHeartbeatStaleTrialCallback).
 # A journal lock held this long without the journal changing belongs to a dead driver (a write holds it
@@ -274,7 +274,7 @@ def open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.Stu
     The study's values are named after the objectives (``metric_names``), on a resumed study too. A new
     study records the spec, its fingerprint, ``base_config`` (the composed base config with the
     spec's overrides, what the report diffs trial configs against) and ``environment`` (Python, package
-    versions, git commit, platform: ``grpo.sweep.environment``) as study user attrs.
+    versions, git commit, platform: ``grpo.sweep.study.environment``) as study user attrs.
 
     Two drivers starting at once on a fresh RDB race to create Optuna's tables (a unique-key error from
     PostgreSQL for one of them): the loser retries after a short pause, when the tables exist.

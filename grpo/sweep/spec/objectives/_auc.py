@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from grpo.sweep.objectives._base import CurveReducer, _checked
+from grpo.sweep.spec.objectives._base import CurveReducer, _checked
 
 
 class AUCReducer(CurveReducer):
@@ -19,7 +19,7 @@ class AUCReducer(CurveReducer):
     AUC, which is usually the honest objective for noisy RL curves.
 
     Example:
-        >>> from grpo.sweep.objectives import get_reducer
+        >>> from grpo.sweep.spec.objectives import get_reducer
         >>> get_reducer("auc").reduce([0.0, 1.0])            # area 0.5 over 1 interval
         0.5
         >>> get_reducer("auc").reduce([0.0, 1.0, 1.0])       # (0.5 + 1.0) / 2 intervals

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grpo.config import GRPOConfig
-from grpo.sweep.spec import MindSpeedSpec
+from grpo.sweep.spec.models import MindSpeedSpec
 
 LaunchRule = Callable[[GRPOConfig], "str | None"]
 

@@ -19,8 +19,8 @@ from grpo.config import GRPOConfig, load_config
 from grpo.errors import UserError
 from grpo.plan import Estimate, estimate
 from grpo.sweep.backends import TrialBackend
-from grpo.sweep.space import SearchSpace, distribution_values, format_value
-from grpo.sweep.spec import SweepSpec
+from grpo.sweep.spec.models import SweepSpec
+from grpo.sweep.spec.space import SearchSpace, distribution_values, format_value
 
 # Searched keys that change the estimate (prefixes); others do not add rows.
 MEMORY_KEYS = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from grpo.sweep.objectives._base import CurveReducer, _checked
+from grpo.sweep.spec.objectives._base import CurveReducer, _checked
 
 DEFAULT_K = 5
 
@@ -16,7 +16,7 @@ class MeanLastKReducer(CurveReducer):
     (a pruner asking mid-run) it is the mean of the most recent ``k`` iterations.
 
     Example:
-        >>> from grpo.sweep.objectives import get_reducer
+        >>> from grpo.sweep.spec.objectives import get_reducer
         >>> get_reducer("mean_last_k", k=2).reduce([0.0, 0.2, 0.4, 0.6])
         0.5
         >>> get_reducer("mean_last_k", k=10).reduce([0.0, 0.2])

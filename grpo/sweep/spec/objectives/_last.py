@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from grpo.sweep.objectives._base import CurveReducer, _checked
+from grpo.sweep.spec.objectives._base import CurveReducer, _checked
 
 
 class LastReducer(CurveReducer):
@@ -14,7 +14,7 @@ class LastReducer(CurveReducer):
     ``mean_last_k`` or ``auc`` when single iterations jump around.
 
     Example:
-        >>> from grpo.sweep.objectives import get_reducer
+        >>> from grpo.sweep.spec.objectives import get_reducer
         >>> get_reducer("last").reduce([0.1, 0.4, 0.3])
         0.3
     """

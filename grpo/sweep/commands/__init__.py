@@ -1,0 +1,1 @@
+"""The ``grpo-sweep`` subcommands (run, status, best, report, export, dashboard, validate) and their views."""

@@ -1,0 +1,1 @@
+"""The sweep spec: its models, loading, the search space, samplers and pruners, curve objectives."""
