@@ -36,6 +36,19 @@ def test_the_checker_sees_a_circle_and_a_back_edge():
     assert import_graph.back_edges(edges) == [("grpo.report.html", "grpo.config.a")]
 
 
+def test_a_sweep_group_imports_only_the_groups_before_it():
+    """spec <- study <- backends <- execution <- run <- commands: no group reaches a later one."""
+    order = list(import_graph.SWEEP_GROUPS)
+    assert order == [f"grpo.sweep.{g}" for g in ("spec", "study", "backends", "execution", "run", "commands")]
+    for module, targets in import_graph.graph().items():
+        src = import_graph.package_of(module)
+        for dst in map(import_graph.package_of, targets):
+            if src in order and dst in order:
+                assert order.index(dst) <= order.index(src), (module, dst)
+    edges = {"grpo.sweep.spec.load": {"grpo.sweep.execution.trial_storage"}}
+    assert import_graph.back_edges(edges) == [("grpo.sweep.spec.load", "grpo.sweep.execution.trial_storage")]
+
+
 def test_the_plan_is_a_leaf_and_the_report_reads_storage_only():
     edges = import_graph.graph()
     packages = {import_graph.package_of(d) for m, ds in edges.items() if m.startswith("grpo.plan") for d in ds}

@@ -381,7 +381,7 @@ def _content_problems(
         if problem:
             problems.append(problem)
     if "trial_storage" not in skip and isinstance(data.get("trial_storage"), str):
-        from grpo.sweep.execution.trial_storage import location_problem  # pyarrow: imported only when the key is set
+        from grpo.sweep.spec.locations import location_problem  # pyarrow: imported only when the key is set
 
         problem = location_problem(data["trial_storage"])
         if problem:
