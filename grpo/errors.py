@@ -48,6 +48,17 @@ def dotted(loc: Sequence[Any]) -> str:
     return out or "(top level)"
 
 
+def first_line(err: BaseException | str, limit: int | None = None, *, typed: bool = False) -> str:
+    """An error (or a message) as one line: its first non-blank line, cut to ``limit`` characters; ``typed``
+    puts the exception's class name in front. An empty message gives the class name (never an IndexError)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    name = type(err).__name__ if isinstance(err, BaseException) else ""
+    text = lines[0][:limit] if lines else ""
+    if not text:
+        return name
+    return f"{name}: {text}" if typed and name else text
+
+
 def shorten(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

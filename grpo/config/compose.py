@@ -44,7 +44,7 @@ from grpo.config.messages import validation_problems
 from grpo.config.rules import check_rules
 from grpo.config.schema import KEY_HOMES, MEGATRON_DEFAULTS, GRPOConfig
 from grpo.config.shipped import shipped_configs
-from grpo.errors import UserError
+from grpo.errors import UserError, first_line
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -180,7 +180,7 @@ def _load_yaml(path: Path) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{_display(path)}:{mark.line + 1}" if mark is not None else _display(path)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        problem = getattr(err, "problem", None) or first_line(err)
         raise UserError(f"{where}: YAML syntax error: {problem}") from None
     _PARSED.put(key, (data,))
     return data
@@ -249,7 +249,7 @@ def _plan(overrides: Sequence[str], primary: Any, source: str, dirs: Sequence[Pa
         try:
             (override,) = parser.parse_overrides([text])
         except OverrideParseException as err:
-            raise UserError(f"{source}: override '{text}': {str(err).splitlines()[0]}") from None
+            raise UserError(f"{source}: override '{text}': {first_line(err)}") from None
         key = override.key_or_group
         plain_key = (
             override.package is None

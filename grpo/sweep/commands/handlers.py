@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from grpo._fs import atomic_write_text
-from grpo.errors import UserError
+from grpo.errors import UserError, first_line
 from grpo.report.best import is_repeat
 from grpo.report.chains import chain_text, is_placeholder, retry_chains
 from grpo.report.stats import Interval, trial_interval
@@ -110,7 +110,7 @@ class ThrottledReport:
             self.write(study)
             self.writes += 1
         except Exception as err:
-            line = f"warning: the report was not refreshed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            line = f"warning: the report was not refreshed: {first_line(err, 200, typed=True)}"
             if line not in self.warned:
                 self.warned.add(line)
                 print(line, file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from grpo.config import config_names, config_search_path, find_config, load_config, shipped_sweep, shipped_sweep_names
-from grpo.errors import UserError, did_you_mean, dotted, validation_lines
+from grpo.errors import UserError, did_you_mean, dotted, first_line, validation_lines
 from grpo.sweep.spec.models import SearchEntry, SweepSpec
 from grpo.sweep.spec.samplers import check_sampler_and_pruner
 from grpo.sweep.spec.space import SearchSpace, check_key, distribution_ends, format_value, parse_overrides
@@ -165,7 +165,7 @@ def parse_yaml_text(text: str, source: str) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        problem = getattr(err, "problem", None) or first_line(err)
         raise UserError(f"{where}: YAML syntax error: {problem}") from None
     try:
         size = _expanded_size(data)

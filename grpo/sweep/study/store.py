@@ -31,7 +31,7 @@ from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.storages.journal._storage import JournalOperation
 from optuna.trial import FrozenTrial, TrialState
 
-from grpo.errors import UserError
+from grpo.errors import UserError, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import parse_expression
 from grpo.sweep.study.environment import environment
@@ -85,7 +85,7 @@ def _driver_hint(url: str) -> str:
 
 def _reason(err: BaseException, spec: SweepSpec) -> str:
     """The first line of what went wrong, with the URL's password masked wherever it appears."""
-    reason = _first_line(err).replace(spec.storage_url(), spec.storage_label())
+    reason = first_line(err.__cause__ or err.__context__ or err, 200).replace(spec.storage_url(), spec.storage_label())
     secret = _password(spec.storage_url())
     return reason.replace(secret, "***") if secret else reason
 
@@ -194,12 +194,6 @@ def _is_storage_error(err: Exception) -> bool:
     return any(k.__module__.startswith(("sqlalchemy", "optuna.exceptions", "psycopg")) for k in kinds) or isinstance(
         err, (optuna.exceptions.StorageInternalError, ValueError)
     )
-
-
-def _first_line(err: BaseException) -> str:
-    cause = err.__cause__ or err.__context__ or err
-    text = str(cause).strip().splitlines()
-    return text[0][:200] if text else type(cause).__name__
 
 
 def fingerprint(spec: SweepSpec) -> str:
