@@ -26,6 +26,7 @@ from grpo.report import stats
 from grpo.report._snapshot import snapshot
 from grpo.report.best import best_trial, pareto_front, ranked
 from grpo.report.collect import Frames
+from grpo.trial_attrs import RESOURCES
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def accelerator_kind(trials: list[FrozenTrial]) -> str | None:
     """``NPU`` or ``GPU`` from the trials' Ray ``resources`` attr; None when no trial held an accelerator."""
     kinds = set()
     for t in trials:
-        options = t.user_attrs.get("resources")
+        options = t.user_attrs.get(RESOURCES)
         if not isinstance(options, dict):
             continue
         custom = options.get("resources")

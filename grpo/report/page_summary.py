@@ -23,6 +23,7 @@ from grpo.report._snapshot import StudySnapshot
 from grpo.report.chains import logical_trials, retry_chains
 from grpo.report.collect import Frames, study_objectives
 from grpo.report.decision import Compute, Decision
+from grpo.trial_attrs import CONFIRMATION_OF
 
 STATE_ORDER = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 
@@ -116,7 +117,7 @@ def _interval_text(trial: FrozenTrial, objective: int = 0) -> str:
 
 
 def _stage(trial: FrozenTrial) -> str:
-    of = trial.user_attrs.get("confirmation_of")
+    of = trial.user_attrs.get(CONFIRMATION_OF)
     return f" (confirmation of trial #{of})" if isinstance(of, int) else ""
 
 

@@ -35,6 +35,7 @@ from grpo.report.chains import Chains, chain_text, logical_trials, resume_text, 
 from grpo.report.collect import Frames, spread_columns, study_objectives, trial_dir, value_columns
 from grpo.report.disk import size_text
 from grpo.report.trial_config import changed_note, recorded_config
+from grpo.trial_attrs import LAST_LOG_LINES
 
 MAX_DETAIL_ALL = 100  # up to this many trials, every trial gets a detail section
 MAX_DETAIL_BEST = 50
@@ -272,7 +273,7 @@ def _per_seed(text: str) -> str:
 
 def _log_tail(trial: FrozenTrial, snap: StudySnapshot) -> list[str]:
     """The failure's last log lines: the trial's ``last_log_lines`` attr, else its ``train.log``."""
-    lines = trial.user_attrs.get("last_log_lines")
+    lines = trial.user_attrs.get(LAST_LOG_LINES)
     if isinstance(lines, list) and lines:
         return [str(x) for x in lines][-LOG_TAIL_LINES:]
     directory = trial_dir(trial, snap)

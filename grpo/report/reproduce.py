@@ -36,6 +36,7 @@ from optuna.trial import FrozenTrial
 
 from grpo.report.collect import trial_dir
 from grpo.report.trial_config import changed_note, recorded_config
+from grpo.trial_attrs import SEEDS
 
 CONFIG_NAME = "best_config"
 SEED_KEY = "megatron_training.seed"
@@ -136,7 +137,7 @@ def config_yaml(
     body = exported_config(trial, base, study)
     if body is None:
         return None
-    seeds = trial.user_attrs.get("seeds")
+    seeds = trial.user_attrs.get(SEEDS)
     found = recorded_config(trial, study)
     header = (
         f"# trial {trial.number} of study {study.study_name}: the best trial of its report\n"
@@ -153,7 +154,7 @@ def commands(study: optuna.Study, trial: FrozenTrial, config_path: Path) -> Repr
     backend = str(study.user_attrs.get("backend") or (spec or {}).get("backend") or "embedded")
     if backend == "mindspeed":
         return _mindspeed(study, trial, spec or {})
-    seeds = [s for s in (trial.user_attrs.get("seeds") or []) if isinstance(s, int)]
+    seeds = [s for s in (trial.user_attrs.get(SEEDS) or []) if isinstance(s, int)]
     line = run_line(config_path)
     lines = [line] + [f"{line} {SEED_KEY}={s}" for s in seeds[1:]]
     note = f"Reruns trial {trial.number} with the embedded engine from {config_path.name} beside this report" + (

@@ -41,7 +41,7 @@ from grpo.engine.metrics import add_final_scalars, tensorboard_dir
 from grpo.errors import StudyStopped, UserError
 from grpo.report.best import best_trial, ranked
 from grpo.report.stats import Interval, verdict
-from grpo.report.trial_config import CONFIG_FILE, config_pointer
+from grpo.report.trial_config import config_pointer
 from grpo.sweep.backends import TrialBackend, load_backend
 from grpo.sweep.execution.scheduler import Finished, JobKey, RayScheduler
 from grpo.sweep.execution.trial_storage import local_folder, stored_tail
@@ -57,13 +57,37 @@ from grpo.sweep.spec.space import SearchSpace, format_params
 from grpo.sweep.study import lease
 from grpo.sweep.study.repeats import answer_repeat
 from grpo.sweep.study.retry import (
-    CONFIRMATION_OF,
     counts_toward_budget,
     fail_and_maybe_retry,
     holds_budget,
     is_confirmation,
 )
 from grpo.sweep.study.store import StudyStore, open_study
+from grpo.trial_attrs import (
+    ATTEMPT,
+    CONFIG_POINTER,
+    CONFIRMATION_OF,
+    CPU_S,
+    DEVICES,
+    DRIVER,
+    FAILURE_REASON,
+    INFEASIBLE,
+    NODE,
+    NODE_ID,
+    NPU_S,
+    OVERRIDES,
+    PRUNED_REASON,
+    RESOURCES,
+    RESUME_FROM,
+    RESUMED_AT_ITERATION,
+    RETRY_OF,
+    SEEDS,
+    TRIAL_DIR,
+    VALUE_INTERVAL,
+    VALUE_SPREAD,
+    VALUES_PER_SEED,
+    WALL_S,
+)
 
 POLL_S = 0.05
 TIMEOUT_KILL_GRACE_S = 30.0
@@ -460,49 +484,43 @@ class _Driver:
     def _confirmed_before(self, source: int, number: int) -> int | None:
         """The first confirmation trial of ``source`` enqueued before trial ``number`` (retries aside)."""
         for t in self.study.get_trials(deepcopy=False):
-            if (
-                t.number < number
-                and t.user_attrs.get(CONFIRMATION_OF) == source
-                and t.user_attrs.get("retry_of") is None
-            ):
+            if t.number < number and t.user_attrs.get(CONFIRMATION_OF) == source and t.user_attrs.get(RETRY_OF) is None:
                 return t.number
         return None
 
     def _ask(self) -> _Live | _Skipped | _LostRace:
         """Ask Optuna for a point and build its trial: the trial to launch, a skipped point, or ``_LOST_RACE``."""
         trial = self.study.ask()
-        trial.set_user_attr("driver", self.me)  # heartbeat: datetime_start until the first beat
+        trial.set_user_attr(DRIVER, self.me)  # heartbeat: datetime_start until the first beat
         params = self.space.suggest(trial)
         number = trial.number
         confirmation_of = trial.user_attrs.get(CONFIRMATION_OF)
-        if trial.user_attrs.get("retry_of") is None and confirmation_of is None:
+        if trial.user_attrs.get(RETRY_OF) is None and confirmation_of is None:
             earlier = self._ran_before(params, number)
             if earlier is not None:  # never rerun a point: the repeat is told the earlier trial's result
                 answer_repeat(self.study, trial, earlier)
                 return _Skipped(f"same parameters as trial {earlier.number}", duplicate_of=earlier.number)
-        if confirmation_of is not None and trial.user_attrs.get("retry_of") is None:
+        if confirmation_of is not None and trial.user_attrs.get(RETRY_OF) is None:
             first = self._confirmed_before(confirmation_of, number)
             if first is not None:  # two drivers reached the stage at once and both enqueued it: run one
-                trial.set_user_attr("infeasible", True)
-                trial.set_user_attr(
-                    "failure_reason", f"not run: trial {first} already confirms trial {confirmation_of}"
-                )
+                trial.set_user_attr(INFEASIBLE, True)
+                trial.set_user_attr(FAILURE_REASON, f"not run: trial {first} already confirms trial {confirmation_of}")
                 self.study.tell(trial, state=TrialState.FAIL)
                 return _Skipped(f"trial {first} already confirms trial {confirmation_of}")
         if confirmation_of is None and not self._within_budget(number):
-            trial.set_user_attr("infeasible", True)
-            trial.set_user_attr("pruned_reason", "not run: the study reached its trial budget (another driver)")
+            trial.set_user_attr(INFEASIBLE, True)
+            trial.set_user_attr(PRUNED_REASON, "not run: the study reached its trial budget (another driver)")
             self.study.tell(trial, state=TrialState.PRUNED)
-            if trial.user_attrs.get("retry_of") is not None:  # a retry keeps its place for the next driver
-                keep = ("retry_of", "attempt", "resume_from")
+            if trial.user_attrs.get(RETRY_OF) is not None:  # a retry keeps its place for the next driver
+                keep = (RETRY_OF, ATTEMPT, RESUME_FROM)
                 frozen = self.store.frozen(trial)
                 self.store.enqueue_retry(frozen, {k: frozen.user_attrs[k] for k in keep if k in frozen.user_attrs})
             return _LOST_RACE
         self.store.record_retry_lineage(trial)
         trial_dir = (self.spec.study_dir / "trials" / str(number)).resolve()
-        resume_from = trial.user_attrs.get("resume_from")
+        resume_from = trial.user_attrs.get(RESUME_FROM)
         # A confirmation trial carries its seeds (fresh, and the same for every confirmation trial).
-        carried = trial.user_attrs.get("seeds") if confirmation_of is not None else None
+        carried = trial.user_attrs.get(SEEDS) if confirmation_of is not None else None
         seeds = [int(s) for s in carried] if carried else self.builder.seeds(list(range(self.spec.seeds)))
         try:
             plan = self.builder.build(number, params, trial_dir, resume_from, seeds)
@@ -510,8 +528,8 @@ class _Driver:
                 raise UserError(self._never_fits(plan.options, len(seeds), confirmation_of is not None))
         except UserError as err:
             reason = "; ".join(err.problems)
-            trial.set_user_attr("infeasible", True)
-            trial.set_user_attr("pruned_reason", f"infeasible: {reason}")
+            trial.set_user_attr(INFEASIBLE, True)
+            trial.set_user_attr(PRUNED_REASON, f"infeasible: {reason}")
             trial.set_constraint(CONSTRAINT, 1.0)
             self.study.tell(trial, state=TrialState.PRUNED)
             self._say(f"trial {number} pruned before launch: {reason}")
@@ -521,14 +539,14 @@ class _Driver:
         # Written together (one journal append); start/end times are Optuna's datetime_start/complete. The
         # config stays in the trial folder: the attr points at it (grpo.report.trial_config reads it back).
         attrs: dict[str, Any] = {
-            "overrides": plan.overrides,
-            CONFIG_FILE: config_pointer(trial_dir / "config.yaml", self.spec.study_dir),
-            "seeds": seeds,
-            "trial_dir": str(trial_dir),
-            "resources": plan.options,
+            OVERRIDES: plan.overrides,
+            CONFIG_POINTER: config_pointer(trial_dir / "config.yaml", self.spec.study_dir),
+            SEEDS: seeds,
+            TRIAL_DIR: str(trial_dir),
+            RESOURCES: plan.options,
         }
-        if "attempt" not in trial.user_attrs:  # a retry carries its attempt from its enqueueing
-            attrs["attempt"] = 1
+        if ATTEMPT not in trial.user_attrs:  # a retry carries its attempt from its enqueueing
+            attrs[ATTEMPT] = 1
         self.store.set_attrs(trial, attrs)
         live = _Live(trial, number, params, trial_dir, plan, started_wall=time.time(), confirmation_of=confirmation_of)
         if resume_from and plan.resumed:
@@ -536,7 +554,7 @@ class _Driver:
             for seed, iteration, metrics in history:
                 self._record(live, seed, iteration, metrics)
             self._report_progress(live)
-            trial.set_user_attr("resumed_at_iteration", {str(k): v for k, v in start_at.items()})
+            trial.set_user_attr(RESUMED_AT_ITERATION, {str(k): v for k, v in start_at.items()})
         return live
 
     def _never_fits(self, options: dict[str, Any], count: int, confirmation: bool) -> str:
@@ -714,22 +732,22 @@ class _Driver:
         results = [result for _, result in live.results.values()]
         held = self.backend.devices_held(live.plan.options)
         usage = {
-            "wall_s": ended - live.started_wall,
-            "cpu_s": sum(float(r.get("cpu_s", 0.0)) for r in results),
-            "npu_s": sum(end - live.started_wall for end, _ in live.results.values()) * held,
-            "node": ",".join(sorted({str(r["node"]) for r in results if r.get("node")})) or None,
+            WALL_S: ended - live.started_wall,
+            CPU_S: sum(float(r.get("cpu_s", 0.0)) for r in results),
+            NPU_S: sum(end - live.started_wall for end, _ in live.results.values()) * held,
+            NODE: ",".join(sorted({str(r["node"]) for r in results if r.get("node")})) or None,
             # Ray's node ids: several Ray nodes may share one host (the name above)
-            "node_id": ",".join(sorted({str(r["node_id"]) for r in results if r.get("node_id")})) or None,
-            "devices": [r["devices"] for r in results if r.get("devices")],
+            NODE_ID: ",".join(sorted({str(r["node_id"]) for r in results if r.get("node_id")})) or None,
+            DEVICES: [r["devices"] for r in results if r.get("devices")],
         }
         # Unset = zero / none; the rest is written together (one journal append).
-        self.store.set_attrs(live.trial, {k: v for k, v in usage.items() if v or k == "wall_s"})
+        self.store.set_attrs(live.trial, {k: v for k, v in usage.items() if v or k == WALL_S})
 
     def _record_outcome(self, live: _Live, outcome: Outcome) -> None:
         trial, number = live.trial, live.number
         if isinstance(outcome, Complete):
-            per_seed = {"values_per_seed": outcome.per_seed, "value_spread": outcome.spreads}
-            self.store.set_attrs(trial, {**per_seed, "value_interval": outcome.intervals})  # one journal append
+            per_seed = {VALUES_PER_SEED: outcome.per_seed, VALUE_SPREAD: outcome.spreads}
+            self.store.set_attrs(trial, {**per_seed, VALUE_INTERVAL: outcome.intervals})  # one journal append
             self.study.tell(trial, outcome.values if self.spec.multi_objective else outcome.values[0])
             shown = ", ".join(
                 f"{o.metric}={interval_text(v, iv, len(seeds))}"
@@ -740,7 +758,7 @@ class _Driver:
             self._say(f"trial {number} complete: {shown}")
             self._objective_to_tensorboard(live, outcome.per_seed)
         elif isinstance(outcome, Pruned):
-            trial.set_user_attr("pruned_reason", live.pruned_note or outcome.reason)
+            trial.set_user_attr(PRUNED_REASON, live.pruned_note or outcome.reason)
             self.study.tell(trial, state=TrialState.PRUNED)
             self._say(f"trial {number} pruned at iteration {live.common_step()}")
             so_far = [[self._seed_value(live, r.seed, i) for r in live.plan.runs] for i in range(len(self.reducers))]
@@ -814,7 +832,7 @@ class _Driver:
             return
         seeds = self.builder.seeds(self.spec.confirmation_seed_offsets())
         for source in missing:
-            attrs = {CONFIRMATION_OF: source.number, "attempt": 1, "seeds": seeds}
+            attrs = {CONFIRMATION_OF: source.number, ATTEMPT: 1, SEEDS: seeds}
             self.store.enqueue_confirmation(source.params, attrs)
         sources = ", ".join(str(t.number) for t in missing)
         self._say(f"confirmation stage: trial(s) {sources} rerun on fresh seeds {seeds}")
@@ -870,7 +888,7 @@ class _Driver:
         for t in counted:
             done[t.state.name.lower()] = done.get(t.state.name.lower(), 0) + 1
         finished = counted + [t for t in trials if is_confirmation(t) and t.state == TrialState.COMPLETE]
-        walls = [float(w) for t in finished if isinstance(w := t.user_attrs.get("wall_s"), (int, float))]
+        walls = [float(w) for t in finished if isinstance(w := t.user_attrs.get(WALL_S), (int, float))]
         to_start = 0 if self.exhausted else max(0, self._budget_left())
         to_start += len(self.waiting)  # asked, waiting for room
         if self.spec.confirm is not None:

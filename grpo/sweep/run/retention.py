@@ -43,6 +43,7 @@ from grpo.report.best import pareto_front
 from grpo.sweep.execution.trial_storage import open_storage, run_path
 from grpo.sweep.spec.models import KeepRule
 from grpo.sweep.study.retry import is_confirmation
+from grpo.trial_attrs import RESUME_FROM, RETRIED, RETRY_OF, SEEDS, TRIAL_DIR
 
 CHECKPOINT_DIR = "ckpt"  # a seed run's actor_config.save (grpo.sweep.run.trial_builder)
 RUN_DIR = re.compile(r"^seed\d+$")  # <trial_dir>/runs/seed<k>
@@ -70,21 +71,21 @@ def needed_for_resume(trials: Sequence[FrozenTrial]) -> set[int]:
     A RUNNING or WAITING trial, a FAIL trial marked ``retried`` none of whose retries has ended, and, from each
     of them, the chain of folders it resumes from (``resume_from``, then that trial's own ``resume_from``...).
     """
-    by_dir = {str(t.user_attrs["trial_dir"]): t for t in trials if t.user_attrs.get("trial_dir")}
-    retries_ended = {t.user_attrs.get("retry_of") for t in trials if t.state in ENDED}
+    by_dir = {str(t.user_attrs[TRIAL_DIR]): t for t in trials if t.user_attrs.get(TRIAL_DIR)}
+    retries_ended = {t.user_attrs.get(RETRY_OF) for t in trials if t.state in ENDED}
     needed: set[int] = set()
     for t in trials:
-        pending_retry = t.state == TrialState.FAIL and t.user_attrs.get("retried") and t.number not in retries_ended
+        pending_retry = t.state == TrialState.FAIL and t.user_attrs.get(RETRIED) and t.number not in retries_ended
         if t.state not in ACTIVE and not pending_retry:
             continue
         needed.add(t.number)
-        source = t.user_attrs.get("resume_from")
+        source = t.user_attrs.get(RESUME_FROM)
         while source:
             parent = by_dir.get(str(source))
             if parent is None or parent.number in needed:
                 break
             needed.add(parent.number)
-            source = parent.user_attrs.get("resume_from")
+            source = parent.user_attrs.get(RESUME_FROM)
     return needed
 
 
@@ -94,7 +95,7 @@ def removable(study: optuna.Study, rule: KeepRule) -> list[FrozenTrial]:
         return []
     trials = study.get_trials(deepcopy=False)
     keep = kept_by_rule(study, trials, rule) | needed_for_resume(trials)
-    return [t for t in trials if t.state in ENDED and t.user_attrs.get("trial_dir") and t.number not in keep]
+    return [t for t in trials if t.state in ENDED and t.user_attrs.get(TRIAL_DIR) and t.number not in keep]
 
 
 def run_dirs(trial_dir: Path) -> list[Path]:
@@ -153,7 +154,7 @@ class Retention:
 
     def own_dir(self, trial: FrozenTrial) -> Path | None:
         """The trial's folder when it is the one the sweep made for it under this study, else None."""
-        recorded = trial.user_attrs.get("trial_dir")
+        recorded = trial.user_attrs.get(TRIAL_DIR)
         if not recorded:
             return None
         expected = (self.study_dir / "trials" / str(trial.number)).resolve()
@@ -171,7 +172,7 @@ class Retention:
                 continue
             if self.stored:
                 count, problems = remove_stored_checkpoints(
-                    self.stored, trial.number, len(trial.user_attrs.get("seeds") or [0])
+                    self.stored, trial.number, len(trial.user_attrs.get(SEEDS) or [0])
                 )
             else:
                 count, problems = remove_checkpoints(run_dirs(folder))

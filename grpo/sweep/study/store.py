@@ -35,13 +35,11 @@ from grpo.errors import UserError, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import parse_expression
 from grpo.sweep.study.environment import environment
+from grpo.trial_attrs import HEARTBEAT, OPTUNA_FAILED_TRIAL, OPTUNA_RETRY_HISTORY, RETRY_OF
 
-# Optuna's own system attrs for a retried trial (optuna.storages.RetryHeartbeatStaleTrialCallback).
 # A journal lock held this long without the journal changing belongs to a dead driver (a write holds it
 # for milliseconds): it is released. Optuna's default is 30 s.
 JOURNAL_LOCK_GRACE_S = 15
-RETRY_OF = "failed_trial"
-RETRY_HISTORY = "retry_history"
 
 
 def make_storage(spec: SweepSpec, **rdb_kwargs: Any) -> BaseStorage:
@@ -389,7 +387,7 @@ class StudyStore:
         """Refresh the ``heartbeat`` attr of running trials; one that just ended (a race) is skipped."""
         for trial in trials:
             try:
-                self._storage.set_trial_user_attr(self._id(trial), "heartbeat", now)
+                self._storage.set_trial_user_attr(self._id(trial), HEARTBEAT, now)
             except RuntimeError:  # Optuna refuses writes to a finished trial (another driver's reaper)
                 pass
 
@@ -418,10 +416,10 @@ class StudyStore:
         """On an asked retry: Optuna's ``failed_trial`` / ``retry_history`` system attrs, as its own
         ``RetryHeartbeatStaleTrialCallback`` writes them (what ``retried_trial_number`` and
         optuna-dashboard read)."""
-        failed_number = trial.user_attrs.get("retry_of")
+        failed_number = trial.user_attrs.get(RETRY_OF)
         if failed_number is None:
             return
         failed = next(t for t in self.study.get_trials(deepcopy=False) if t.number == failed_number)
-        history = [*failed.system_attrs.get(RETRY_HISTORY, []), failed.number]
-        self._storage.set_trial_system_attr(self._id(trial), RETRY_OF, history[0])
-        self._storage.set_trial_system_attr(self._id(trial), RETRY_HISTORY, history)
+        history = [*failed.system_attrs.get(OPTUNA_RETRY_HISTORY, []), failed.number]
+        self._storage.set_trial_system_attr(self._id(trial), OPTUNA_FAILED_TRIAL, history[0])
+        self._storage.set_trial_system_attr(self._id(trial), OPTUNA_RETRY_HISTORY, history)
