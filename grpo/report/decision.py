@@ -1,6 +1,6 @@
 """The report's answer to "which settings, and how sure": the winner, the runner-up, what finding them cost.
 
-``decide(study, frames)`` reads a snapshot and the collected frames and returns a ``Decision``:
+``study_decision(study, frames)`` reads a snapshot and the collected frames and returns a ``Decision``:
 
 - ``best``: the trial the report recommends (and marks in every plot, exports, and shows how to rerun).
   One objective: the winner of ``grpo.report.stats.verdict``: among the confirmation trials when at least
@@ -56,7 +56,7 @@ class Decision:
         return self.verdict.runner_up if self.verdict is not None else None
 
 
-def decide(study: optuna.Study, frames: Frames) -> Decision:
+def study_decision(study: optuna.Study, frames: Frames) -> Decision:
     """The study's ``Decision`` (see the module docstring)."""
     snap = snapshot(study)
     multi = len(snap.directions) > 1

@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 from grpo._fs import tail_lines
 from grpo.errors import shorten
 from grpo.report._fmt import cell as _cell
-from grpo.report._fmt import duration as _duration
+from grpo.report._fmt import duration_text as _duration
 from grpo.report._fmt import escape
 from grpo.report._fmt import fmt as _fmt
 from grpo.report._fmt import num as _num

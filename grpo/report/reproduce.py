@@ -16,7 +16,7 @@
   with its ``megatron_training.seed``). MindSpeed backend: the launch the trial's first seed logged as
   the first line of its ``train.log`` (``# grpo-sweep: <cmd> (cwd <checkout>, ...)``), else the launch
   rebuilt from the spec's ``mindspeed`` settings and the trial's rendered ``mindspeed_config``.
-- ``environment(study)``: the study's ``environment`` attr (python, platform, commit, package versions),
+- ``recorded_environment(study)``: the study's ``environment`` attr (python, platform, commit, package versions),
   recorded by the sweep when it created the study; None for an older study.
 """
 
@@ -208,6 +208,6 @@ def _first_run(directory: Path) -> Path:
     return directory
 
 
-def environment(study: optuna.Study) -> dict[str, Any] | None:
+def recorded_environment(study: optuna.Study) -> dict[str, Any] | None:
     value = study.user_attrs.get("environment")
     return value if isinstance(value, dict) else None

@@ -44,10 +44,10 @@ from grpo.report.stats import Interval, verdict
 from grpo.report.trial_config import config_pointer
 from grpo.sweep.backends import TrialBackend, load_backend
 from grpo.sweep.execution.scheduler import Finished, JobKey, RayScheduler
+from grpo.sweep.execution.seed_result import Event, SeedResult, SeedStatus, StopReason
 from grpo.sweep.execution.trial_storage import local_folder, stored_tail
-from grpo.sweep.execution.worker import Event
 from grpo.sweep.run.collapse import collapse_reason
-from grpo.sweep.run.outcome import Complete, Failed, Interrupted, Outcome, Pruned, SeedEnd, decide
+from grpo.sweep.run.outcome import Complete, Failed, Interrupted, Outcome, Pruned, SeedEnd, trial_outcome
 from grpo.sweep.run.preflight import preflight
 from grpo.sweep.run.retention import Retention
 from grpo.sweep.run.trial_builder import TrialBuilder, TrialPlan, adopted_history
@@ -115,8 +115,8 @@ class _Live:
     last_iteration: dict[int, int] = field(default_factory=dict)  # seed -> iteration
     running: set[int] = field(default_factory=set)  # indices of the seed jobs still running
     ends: list[SeedEnd] = field(default_factory=list)  # the seed jobs that ended, in the order they did
-    results: dict[int, tuple[float, dict[str, Any]]] = field(default_factory=dict)  # index -> (end time, result)
-    stop_reason: str | None = None
+    results: dict[int, tuple[float, SeedResult]] = field(default_factory=dict)  # index -> (end time, result)
+    stop_reason: StopReason | None = None
     pruned_note: str | None = None  # where and at what value the pruner stopped it
     stepped: int = 0  # the common step the intermediate values have been reported up to
     last_report: tuple[int, float] | None = None  # (step, value) of the last intermediate value reported
@@ -355,8 +355,8 @@ class _Driver:
                         if interrupt.count == 1:
                             for live in self.live.values():
                                 if live.stop_reason is None:
-                                    live.stop_reason = "interrupted"
-                                    self._stop(live, "interrupted")
+                                    live.stop_reason = StopReason.INTERRUPTED
+                                    self._stop(live, StopReason.INTERRUPTED)
                         elif interrupt.count >= 2:
                             for live in self.live.values():
                                 for key in live.job_keys():
@@ -576,7 +576,7 @@ class _Driver:
         seeds = f", {len(live.plan.jobs)} seeds" if len(live.plan.jobs) > 1 else ""
         self._say(f"trial {live.number} started{stage}: {format_params(live.params)}{seeds}")
 
-    def _stop(self, live: _Live, reason: str) -> None:
+    def _stop(self, live: _Live, reason: StopReason) -> None:
         for key in live.job_keys():
             self.sched.stop(key, reason)
 
@@ -651,8 +651,8 @@ class _Driver:
             )
         else:
             return
-        live.stop_reason = "pruned"
-        self._stop(live, "pruned")
+        live.stop_reason = StopReason.PRUNED
+        self._stop(live, StopReason.PRUNED)
 
     def _collapsed(self, live: _Live) -> str | None:
         """Why the collapse rule (``pruner.collapse``) stops the trial now, or None."""
@@ -691,11 +691,11 @@ class _Driver:
         live.results[index] = (time.time(), result)
         seed = live.plan.jobs[index].run.seed
         live.ends.append(SeedEnd(seed, fin.error, result))
-        died = fin.error is not None and live.stop_reason not in ("timeout", "interrupted")
-        if (died or result.get("status") == "failed") and live.stop_reason is None and live.running:
+        died = fin.error is not None and live.stop_reason not in (StopReason.TIMEOUT, StopReason.INTERRUPTED)
+        if (died or result.get("status") == SeedStatus.FAILED) and live.stop_reason is None and live.running:
             # The trial fails with this seed; its siblings stop (the retry resumes each from its checkpoint).
-            live.stop_reason = "failed"
-            self._stop(live, "failed")
+            live.stop_reason = StopReason.FAILED
+            self._stop(live, StopReason.FAILED)
             self._say(f"trial {number}: seed {seed} failed; stopping its other seeds")
         if live.running:
             return None
@@ -706,7 +706,7 @@ class _Driver:
         """Record a trial whose seeds all ended: its usage, its outcome (told to Optuna), the callbacks."""
         number = live.number
         self._record_usage(live)
-        outcome = decide(
+        outcome = trial_outcome(
             seeds=live.ends,
             stop_reason=live.stop_reason,
             timeout_s=self.spec.timeout_per_trial,
@@ -859,9 +859,10 @@ class _Driver:
             starts = [t for t in (self.sched.started_at(k) for k in keys) if t is not None]
             if not starts or now - min(starts) <= limit:
                 continue
-            if live.stop_reason not in ("timeout", "failed"):  # a failed seed's siblings are already stopping
-                live.stop_reason = "timeout"
-                self._stop(live, "timeout")
+            # A failed seed's siblings are already stopping.
+            if live.stop_reason not in (StopReason.TIMEOUT, StopReason.FAILED):
+                live.stop_reason = StopReason.TIMEOUT
+                self._stop(live, StopReason.TIMEOUT)
                 continue
             sent = [t for t in (self.sched.stop_sent_at(k) for k in keys) if t is not None]
             if now - min(sent, default=now) > min(TIMEOUT_KILL_GRACE_S, limit):
@@ -928,7 +929,7 @@ def interval_text(value: float, interval: list[float] | None, seeds: int) -> str
 
 def _tail(live: _Live, n: int = 20) -> list[str]:
     """The last log lines of the seed that failed first, else of the last seed run that wrote any."""
-    failed = [e.seed for e in live.ends if e.worker_error is not None or e.result.get("status") == "failed"]
+    failed = [e.seed for e in live.ends if e.worker_error is not None or e.result.get("status") == SeedStatus.FAILED]
     runs = live.plan.runs
     order = [r for r in runs if failed and r.seed == failed[0]] or list(reversed(runs))
     for run in order:

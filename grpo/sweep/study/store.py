@@ -34,7 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 from grpo.errors import UserError, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import parse_expression
-from grpo.sweep.study.environment import environment
+from grpo.sweep.study.environment import collect_environment
 from grpo.trial_attrs import HEARTBEAT, OPTUNA_FAILED_TRIAL, OPTUNA_RETRY_HISTORY, RETRY_OF
 
 # A journal lock held this long without the journal changing belongs to a dead driver (a write holds it
@@ -321,7 +321,7 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
         "study_dir": str(spec.study_dir),
         "fingerprint": fingerprint(spec),
         "backend": spec.backend,
-        "environment": environment(),
+        "environment": collect_environment(),
     }
     for key, value in attrs.items():
         study.set_user_attr(key, value)
