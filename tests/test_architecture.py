@@ -54,7 +54,7 @@ def test_the_plan_is_a_leaf_and_the_report_reads_storage_only():
     packages = {import_graph.package_of(d) for m, ds in edges.items() if m.startswith("grpo.plan") for d in ds}
     assert packages <= {"grpo.plan", "grpo.config", "grpo.errors"}
     packages = {import_graph.package_of(d) for m, ds in edges.items() if m.startswith("grpo.report") for d in ds}
-    assert packages <= {"grpo.report", "grpo.errors", "grpo._fs", "grpo.trial_attrs"}
+    assert packages <= {"grpo.report", "grpo.errors", "grpo._fs", "grpo.trial_attrs", "grpo._optuna_private"}
 
 
 def test_spec_names_are_the_registries_names():

@@ -34,10 +34,11 @@ ALLOWED: dict[str, set[str]] = {
     "grpo.errors": set(),
     "grpo._fs": set(),
     "grpo.trial_attrs": set(),  # the trial attr keys the sweep writes and the report reads
+    "grpo._optuna_private": set(),  # Optuna's internals, behind a version guard
     "grpo.config": {"grpo.errors", "grpo._fs"},
     "grpo.engine": {"grpo.config", "grpo.errors", "grpo._fs"},
     "grpo.plan": {"grpo.config", "grpo.errors"},
-    "grpo.report": {"grpo.errors", "grpo._fs", "grpo.trial_attrs"},
+    "grpo.report": {"grpo.errors", "grpo._fs", "grpo.trial_attrs", "grpo._optuna_private"},
     "grpo.sweep": set(),  # its __init__ is empty: the groups below are the packages
     "grpo.cli": {"grpo.sweep.commands", "grpo.sweep.spec", "grpo.config", "grpo.errors"},
 }
@@ -45,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
 # grpo.sweep's groups, in order: each imports only the groups before it (and the packages beside it).
 SWEEP_GROUPS: dict[str, set[str]] = {
     "grpo.sweep.spec": {"grpo.config", "grpo.errors", "grpo._fs"},
-    "grpo.sweep.study": {"grpo.config", "grpo.report", "grpo.errors", "grpo._fs"},
+    "grpo.sweep.study": {"grpo.config", "grpo.report", "grpo.errors", "grpo._fs", "grpo._optuna_private"},
     "grpo.sweep.backends": {"grpo.config", "grpo.engine", "grpo.errors", "grpo._fs"},
     "grpo.sweep.execution": {"grpo.config", "grpo.errors", "grpo._fs"},
     "grpo.sweep.run": {"grpo.config", "grpo.engine", "grpo.plan", "grpo.report", "grpo.errors", "grpo._fs"},
