@@ -1,8 +1,9 @@
-"""The package's import graph follows the design's one-way flow, with no circles (tools/import_graph.py).
+"""The package's import graph follows docs/architecture.md's one-way flow, with no circles (tools/import_graph.py).
 
 Counted: every import, at module level or inside a function, TYPE_CHECKING blocks included. The
-layering (which package may import which) is ``ALLOWED`` in tools/import_graph.py, from DESIGN.md:
-errors/_fs -> config -> engine, plan -> report -> sweep -> cli.
+layering (which package may import which) is ``ALLOWED`` and ``SWEEP_GROUPS`` in tools/import_graph.py, as
+docs/architecture.md draws it: errors/_fs/trial_attrs/_optuna_private -> config -> engine, plan -> report ->
+sweep (spec -> study -> backends -> execution -> run -> commands) -> cli.
 """
 
 from __future__ import annotations

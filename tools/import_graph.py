@@ -6,14 +6,16 @@
 
 Every ``import`` counts, at module level or inside a function (a lazy import is still a dependency),
 including ``if TYPE_CHECKING:`` blocks: a circle hidden from the interpreter is still a circle for the
-reader. The layering is DESIGN.md's one-way flow (spec -> config + search space -> study -> scheduler ->
-backend -> metrics -> storage -> report), as packages:
+reader. The layering is docs/architecture.md's (the picture, the data flow, where each concept lives), as
+packages:
 
-    grpo.errors, grpo._fs          the bottom: no grpo imports
+    grpo.errors, grpo._fs,         the bottom: no grpo imports
+    grpo.trial_attrs, grpo._optuna_private
     grpo.config                    schema, composition, rules
     grpo.engine, grpo.plan         the trainer; the memory planner (a leaf: estimate(cfg))
     grpo.report                    reads study storage and trial dirs only (no config composition)
-    grpo.sweep                     spec, search space, study, scheduler, backends, commands
+    grpo.sweep.<group>             spec, study, backends, execution, run, commands: each imports only the
+                                   groups before it (SWEEP_GROUPS)
     grpo.cli                       the entry point
 
 Standard library only, so it runs on any checkout (also an old one, for a before/after comparison).
