@@ -89,11 +89,12 @@ def needed_for_resume(trials: Sequence[FrozenTrial]) -> set[int]:
     return needed
 
 
-def removable(study: optuna.Study, rule: KeepRule) -> list[FrozenTrial]:
-    """The ended trials with a folder whose checkpoints neither ``rule`` nor a resume keeps, by number."""
+def removable(study: optuna.Study, rule: KeepRule, trials: Sequence[FrozenTrial] | None = None) -> list[FrozenTrial]:
+    """The ended trials with a folder whose checkpoints neither ``rule`` nor a resume keeps, by number
+    (``trials``: the study's trials as read already)."""
     if rule == "all":
         return []
-    trials = study.get_trials(deepcopy=False)
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
     keep = kept_by_rule(study, trials, rule) | needed_for_resume(trials)
     return [t for t in trials if t.state in ENDED and t.user_attrs.get(TRIAL_DIR) and t.number not in keep]
 
@@ -160,10 +161,10 @@ class Retention:
         expected = (self.study_dir / "trials" / str(trial.number)).resolve()
         return expected if Path(str(recorded)).resolve() == expected else None
 
-    def apply(self, study: optuna.Study) -> tuple[list[int], list[str]]:
+    def apply(self, study: optuna.Study, trials: Sequence[FrozenTrial] | None = None) -> tuple[list[int], list[str]]:
         """Remove what the rule lets go now: (trials whose checkpoints were removed, warnings)."""
         removed, warnings = [], []
-        for trial in removable(study, self.rule):
+        for trial in removable(study, self.rule, trials):
             if trial.number in self.done:
                 continue
             self.done.add(trial.number)  # once per driver: a removal that failed is not retried at every trial end
