@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -57,6 +58,15 @@ def first_line(err: BaseException | str, limit: int | None = None, *, typed: boo
     if not text:
         return name
     return f"{name}: {text}" if typed and name else text
+
+
+def display_path(path: Path) -> str:
+    """A path as the user would type it (and as messages show it): relative to the working directory when
+    inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def shorten(text: str, limit: int = 60) -> str:

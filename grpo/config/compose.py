@@ -45,6 +45,7 @@ from grpo.config.rules import check_rules
 from grpo.config.schema import KEY_HOMES, MEGATRON_DEFAULTS, GRPOConfig
 from grpo.config.shipped import shipped_configs
 from grpo.errors import UserError, first_line
+from grpo.errors import display_path as _display
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -118,14 +119,6 @@ def find_config(name: str, config_dir: ConfigDirs = None) -> Path | None:
 def config_names(config_dir: ConfigDirs = None) -> list[str]:
     """Every config name the search path offers, sorted."""
     return sorted({p.stem for d in config_search_path(config_dir) for p in d.glob("*.yaml")})
-
-
-def _display(path: Path) -> str:
-    """A path as the user would type it: relative to the working directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _looks_like_path(target: str) -> bool:

@@ -34,6 +34,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial
 
+from grpo._fs import RESUME_KEYS
 from grpo.report.collect import trial_dir
 from grpo.report.trial_config import changed_note, recorded_config
 from grpo.trial_attrs import SEEDS
@@ -65,10 +66,6 @@ RUN_KEYS = (
     "engine.wandb_mode",
     "engine.trial_params",  # the searched values a tracked run logs as its TensorBoard HParams
 )
-
-
-# What a retry sets to resume from its own checkpoint (grpo.sweep.run.trial_builder.RESUME_KEYS).
-RESUME_KEYS = ("actor_config.finetune", "actor_config.no_load_optim", "actor_config.no_load_rng")
 
 
 def _get(config: dict[str, Any] | None, dotted: str) -> Any:

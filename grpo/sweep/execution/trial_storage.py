@@ -44,13 +44,12 @@ from typing import Any
 import pyarrow
 import pyarrow.fs as pafs
 
-from grpo._fs import CHECKPOINT_TRACKER, atomic_write_text, checkpoint_iteration, pid_alive
+from grpo._fs import CHECKPOINT_DIR, CHECKPOINT_TRACKER, atomic_write_text, checkpoint_iteration, pid_alive
 from grpo.config import GRPOConfig
 from grpo.sweep.spec.locations import is_uri
 
 SCRATCH_ENV = "GRPO_SWEEP_SCRATCH"  # a node-local folder for the runs (default: <tmp>/grpo-sweep-scratch)
 MARKER = ".grpo-sweep-trial-storage"  # written by the driver in the study's folder; every seed checks it
-CHECKPOINT_DIR = "ckpt"  # a run's actor_config.save, as without trial storage
 
 
 class TrialStorageError(OSError):

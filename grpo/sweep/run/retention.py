@@ -39,13 +39,13 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo._fs import CHECKPOINT_DIR
 from grpo.report.best import pareto_front
 from grpo.sweep.execution.trial_storage import open_storage, run_path
 from grpo.sweep.spec.models import KeepRule
 from grpo.sweep.study.retry import is_confirmation
 from grpo.trial_attrs import RESUME_FROM, RETRIED, RETRY_OF, SEEDS, TRIAL_DIR
 
-CHECKPOINT_DIR = "ckpt"  # a seed run's actor_config.save (grpo.sweep.run.trial_builder)
 RUN_DIR = re.compile(r"^seed\d+$")  # <trial_dir>/runs/seed<k>
 ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 ACTIVE = (TrialState.RUNNING, TrialState.WAITING)

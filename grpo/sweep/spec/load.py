@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from grpo.config import config_names, config_search_path, find_config, load_config, shipped_sweep, shipped_sweep_names
 from grpo.errors import UserError, did_you_mean, dotted, first_line, validation_lines
+from grpo.errors import display_path as _display
 from grpo.sweep.spec.models import SearchEntry, SweepSpec
 from grpo.sweep.spec.samplers import check_sampler_and_pruner
 from grpo.sweep.spec.space import SearchSpace, check_key, distribution_ends, format_value, parse_overrides
@@ -397,14 +398,6 @@ def _content_problems(
         except UserError as err:
             problems += err.problems
     return problems, base, space
-
-
-def _display(path: Path) -> str:
-    """A path as config messages show it: relative to the working directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _base_file_problems(base: str) -> list[str]:
