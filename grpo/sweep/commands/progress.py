@@ -22,7 +22,7 @@ from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import format_params
 
 if TYPE_CHECKING:
-    from grpo.sweep.run.driver import ProgressSnapshot, RunningTrial
+    from grpo.sweep.run.snapshot import ProgressSnapshot, RunningTrial
 
 REFRESH_S = 0.5
 LINE_EVERY_S = 30.0  # off a terminal: a progress line at least this often (trial start/end lines come besides)
