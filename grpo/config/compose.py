@@ -173,7 +173,7 @@ def _load_yaml(path: Path) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{_display(path)}:{mark.line + 1}" if mark is not None else _display(path)
-        problem = getattr(err, "problem", None) or first_line(err)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UserError(f"{where}: YAML syntax error: {problem}") from None
     _PARSED.put(key, (data,))
     return data
