@@ -192,7 +192,7 @@ def base_spec(table: Table, folder: Path) -> SweepSpec:
 def max_duplicates() -> int:
     """The driver's limit of repeated points in a row before it calls the space exhausted."""
     try:
-        from grpo.sweep.run.driver import MAX_DUPLICATES_IN_A_ROW
+        from grpo.sweep.run.admit import MAX_DUPLICATES_IN_A_ROW
     except ImportError as err:  # the driver pulls in grpo.report; a half-edited tree should not stop the replay
         print(f"warning: grpo.sweep.run.driver not importable ({err}); using its limit of 50", file=sys.stderr)
         return 50

@@ -20,6 +20,10 @@ from typing import Any
 
 # Megatron's checkpoint tracker: the newest complete iteration, or "release" for converted weights.
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
+# A seed run's checkpoint folder (its actor_config.save): runs/seed<k>/ckpt.
+CHECKPOINT_DIR = "ckpt"
+# The actor_config switches a run resuming from its own checkpoint sets to false (a retry, a reproduction).
+RESUME_KEYS = ("actor_config.finetune", "actor_config.no_load_optim", "actor_config.no_load_rng")
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from grpo.errors import UserError
+from grpo.errors import UserError, first_line
 
 MAX_YAML_VALUES = 100_000  # a spec or config is a few hundred values; YAML aliases must not expand past this
 MAX_FILE_BYTES = 1_000_000  # a spec or a config is a few KB; parsing megabytes of YAML takes seconds
@@ -128,7 +128,7 @@ def parse_yaml_text(text: str, source: str, kind: str = "spec", fast: bool = Fal
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        problem = getattr(err, "problem", None) or first_line(err)
         raise UserError(f"{where}: YAML syntax error: {problem}") from None
     try:
         size = expanded_size(data)

@@ -110,7 +110,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return validate_spec(args)
         from grpo.config import cli_validate
         from grpo.sweep.backends.embedded import EmbeddedBackend  # no torch: the engine's config check only
-        from grpo.sweep.backends.mindspeed_rules import launch_rule_problems
+        from grpo.sweep.backends.mindspeed.rules import launch_rule_problems
 
         check = EmbeddedBackend().check if args.backend == "embedded" else launch_rule_problems
         return cli_validate(args.target, args.overrides, section=args.section, check=check)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -46,6 +47,26 @@ def dotted(loc: Sequence[Any]) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(top level)"
+
+
+def first_line(err: BaseException | str, limit: int | None = None, *, typed: bool = False) -> str:
+    """An error (or a message) as one line: its first non-blank line, cut to ``limit`` characters; ``typed``
+    puts the exception's class name in front. An empty message gives the class name (never an IndexError)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    name = type(err).__name__ if isinstance(err, BaseException) else ""
+    text = lines[0][:limit] if lines else ""
+    if not text:
+        return name
+    return f"{name}: {text}" if typed and name else text
+
+
+def display_path(path: Path) -> str:
+    """A path as the user would type it (and as messages show it): relative to the working directory when
+    inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def shorten(text: str, limit: int = 60) -> str:

@@ -1,8 +1,9 @@
-"""The package's import graph follows the design's one-way flow, with no circles (tools/import_graph.py).
+"""The package's import graph follows docs/architecture.md's one-way flow, with no circles (tools/import_graph.py).
 
 Counted: every import, at module level or inside a function, TYPE_CHECKING blocks included. The
-layering (which package may import which) is ``ALLOWED`` in tools/import_graph.py, from DESIGN.md:
-errors/_fs -> config -> engine, plan -> report -> sweep -> cli.
+layering (which package may import which) is ``ALLOWED`` and ``SWEEP_GROUPS`` in tools/import_graph.py, as
+docs/architecture.md draws it: errors/_fs/trial_attrs/_optuna_private -> config -> engine, plan -> report ->
+sweep (spec -> study -> backends -> execution -> run -> commands) -> cli.
 """
 
 from __future__ import annotations
@@ -36,12 +37,27 @@ def test_the_checker_sees_a_circle_and_a_back_edge():
     assert import_graph.back_edges(edges) == [("grpo.report.html", "grpo.config.a")]
 
 
+def test_a_sweep_group_imports_only_the_groups_before_it():
+    """spec <- study <- backends <- execution <- run <- commands: no group reaches a later one."""
+    order = list(import_graph.SWEEP_GROUPS)
+    assert order == [f"grpo.sweep.{g}" for g in ("spec", "study", "backends", "execution", "run", "commands")]
+    for module, targets in import_graph.graph().items():
+        src = import_graph.package_of(module)
+        for dst in map(import_graph.package_of, targets):
+            if src in order and dst in order:
+                assert order.index(dst) <= order.index(src), (module, dst)
+    edges = {"grpo.sweep.spec.load": {"grpo.sweep.execution.trial_storage"}}
+    assert import_graph.back_edges(edges) == [("grpo.sweep.spec.load", "grpo.sweep.execution.trial_storage")]
+
+
 def test_the_plan_is_a_leaf_and_the_report_reads_storage_only():
     edges = import_graph.graph()
     packages = {import_graph.package_of(d) for m, ds in edges.items() if m.startswith("grpo.plan") for d in ds}
     assert packages <= {"grpo.plan", "grpo.config", "grpo.errors"}
     packages = {import_graph.package_of(d) for m, ds in edges.items() if m.startswith("grpo.report") for d in ds}
-    assert packages <= {"grpo.report", "grpo.errors", "grpo._fs", "grpo._yaml"}  # _yaml: reads a trial's config file
+    assert packages <= {
+        "grpo.report", "grpo.errors", "grpo._fs", "grpo._yaml", "grpo.trial_attrs", "grpo._optuna_private"
+    }  # _yaml: reads a trial's config file
 
 
 def test_spec_names_are_the_registries_names():

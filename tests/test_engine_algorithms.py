@@ -304,7 +304,7 @@ def test_an_unknown_algorithm_or_a_contradicting_key_is_one_line():
 def test_a_spec_searches_the_algorithm_as_one_categorical():
     from optuna.distributions import CategoricalDistribution
 
-    from grpo.sweep.space import SearchSpace
+    from grpo.sweep.spec.space import SearchSpace
 
     space = SearchSpace.from_entries({"algorithm": "choice(grpo, dapo, dr_grpo, gspo)"})
     (param,) = space.params

@@ -20,7 +20,7 @@ from grpo.engine.model import ModelArgs, Qwen2, set_dropout
 from grpo.engine.rollout import SamplingParams, generate, response_logprobs
 from grpo.engine.trainer import Run
 from grpo.errors import UserError
-from grpo.sweep.load import KNOWN_METRICS
+from grpo.sweep.spec.load import KNOWN_METRICS
 
 ARGS = ModelArgs(
     num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, num_query_groups=2, padded_vocab_size=40

@@ -109,7 +109,7 @@ def test_use_swanlab_without_swanlab_installed_is_one_line(monkeypatch, tmp_path
     assert line.endswith(": rl_config.use_swanlab=true with swanlab_mode=offline: needs SwanLab: "
                          "pip install 'grpo-sweep[swanlab]'"), line
     # a sweep asking for SwanLab is refused at validate too, not at its first trial
-    from grpo.sweep.load import load_spec
+    from grpo.sweep.spec.load import load_spec
     from sweep_helpers import write_spec
 
     with pytest.raises(UserError) as err:
@@ -121,10 +121,10 @@ def test_use_swanlab_without_swanlab_installed_is_one_line(monkeypatch, tmp_path
 def test_a_sweep_names_each_seed_run_groups_the_study_and_passes_it_to_mindspeed(tmp_path, monkeypatch):
     from grpo.config.render import mindspeed_dict
     from grpo.sweep.backends import load_backend
-    from grpo.sweep.backends.mindspeed import tracking_env
-    from grpo.sweep.load import load_spec
-    from grpo.sweep.space import SearchSpace
-    from grpo.sweep.trial_builder import TrialBuilder
+    from grpo.sweep.backends.mindspeed.backend import tracking_env
+    from grpo.sweep.spec.load import load_spec
+    from grpo.sweep.spec.space import SearchSpace
+    from grpo.sweep.run.trial_builder import TrialBuilder
     from sweep_helpers import write_spec
 
     monkeypatch.chdir(tmp_path)

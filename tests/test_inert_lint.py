@@ -161,9 +161,9 @@ def test_validate_spec_warns_and_preflight_keeps_the_lines(tmp_path, capsys, mon
     assert "actor_config.lr" not in err
 
     from grpo.sweep.backends import load_backend
-    from grpo.sweep.load import load_spec
-    from grpo.sweep.preflight import preflight
-    from grpo.sweep.space import SearchSpace
+    from grpo.sweep.spec.load import load_spec
+    from grpo.sweep.run.preflight import preflight
+    from grpo.sweep.spec.space import SearchSpace
 
     loaded = load_spec(str(spec))
     checks = preflight(loaded, SearchSpace.from_spec(loaded), load_backend(loaded), no_plan=True)

@@ -247,7 +247,7 @@ def test_stall_fails_the_trial_and_kills_it_with_standin_mindspeed(tmp_path, wei
 
 def test_a_bad_key_fails_like_mindspeed_with_standin_mindspeed(tmp_path, weights, monkeypatch):
     """The stand-in refuses unknown keys as MindSpeed-RL's config classes do."""
-    from grpo.sweep.backends import mindspeed
+    from grpo.sweep.backends.mindspeed import backend as mindspeed
 
     real = mindspeed.mindspeed_dict
 

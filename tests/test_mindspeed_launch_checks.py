@@ -17,7 +17,8 @@ import pytest
 from mindspeed_helpers import STANDIN, Recorder, config, make_weights, settings_for
 from sweep_helpers import cli_env
 
-from grpo.sweep.backends import TrialFailed, mindspeed_rules
+from grpo.sweep.backends import TrialFailed
+from grpo.sweep.backends.mindspeed import rules as mindspeed_rules
 from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
 
 

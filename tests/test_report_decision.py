@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from report_fixtures import make_study
 
 from grpo.report import collect, stats, write_report
-from grpo.report.decision import decide
+from grpo.report.decision import study_decision
 from grpo.report.page_summary import decision as decision_html
 
 
@@ -25,7 +25,7 @@ def confirmed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("decision")
     study = make_study(tmp, confirm=True)
     frames = collect(study)
-    return study, frames, decide(study, frames), write_report(study, tmp / "report").read_text()
+    return study, frames, study_decision(study, frames), write_report(study, tmp / "report").read_text()
 
 
 def test_the_confirmation_stage_decides_the_winner(confirmed):
@@ -65,7 +65,7 @@ def test_a_tie_is_called_a_tie(tmp_path):
             value=sum(per_seed) / 3, params={"x": 0.1 * (number + 1)}, distributions={"x": FloatDistribution(0, 1)},
             user_attrs={"seeds": [1, 2, 3], "values_per_seed": [per_seed]}))
     frames = collect(study)
-    body = decision_html(study, frames, decide(study, frames), config_link=False)
+    body = decision_html(study, frames, study_decision(study, frames), config_link=False)
     assert '<p class="verdict tied"><b>Not distinguishable:</b> trial 0 and trial 1 are not distinguishable' in body
     assert "Ranked by the mean over seeds among all complete trials" in body
 
@@ -84,11 +84,11 @@ def test_one_seed_gives_no_interval_and_the_page_says_how_to_get_one(tmp_path):
 def test_compute_to_the_best_trial_and_in_all(tmp_path):
     study = make_study(tmp_path)  # CPU-seconds: 108 + 54 + 27 + 2.5 (failed) + 54 + 54, all up to trial 5
     frames = collect(study)
-    compute = decide(study, frames).compute
+    compute = study_decision(study, frames).compute
     assert compute.kind == "CPU"
     assert compute.device_s_to_best == pytest.approx(299.5) and compute.device_s_total == pytest.approx(299.5)
     assert compute.trials_to_best == 6 and not compute.running
-    body = decision_html(study, frames, decide(study, frames), config_link=True)
+    body = decision_html(study, frames, study_decision(study, frames), config_link=True)
     assert "Compute to find it: <b>0.0832 h CPU-hours (no accelerator held)" in body
     assert "(6 trials up to trial #5)" in body
 
@@ -103,11 +103,11 @@ def test_accelerator_hours_come_from_the_trials_that_held_one():
         trial.datetime_start = start + dt.timedelta(hours=number)
         trial.datetime_complete = trial.datetime_start + dt.timedelta(minutes=30)
         study.add_trial(trial)
-    compute = decide(study, collect(study)).compute
+    compute = study_decision(study, collect(study)).compute
     assert compute.kind == "NPU"
     assert compute.device_s_to_best == pytest.approx(10800.0) and compute.device_s_total == pytest.approx(12600.0)
     assert compute.wall_s_to_best == pytest.approx(5400.0) and compute.wall_s_total == pytest.approx(9000.0)
-    body = decision_html(study, collect(study), decide(study, collect(study)), config_link=False)
+    body = decision_html(study, collect(study), study_decision(study, collect(study)), config_link=False)
     assert "Compute to find it: <b>3 h NPU-hours and 1h 30m wall time</b>" in body
     assert "in all: 3.5 h NPU-hours, 2h 30m wall time" in body
 

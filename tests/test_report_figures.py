@@ -12,7 +12,7 @@ from grpo.report._figure import BEST_COLOR
 from grpo.report.best import complete_trials
 from grpo.report.cost import cost_figure, cost_front
 from grpo.report.curves import learning_curves, param_colours
-from grpo.report.decision import decide
+from grpo.report.decision import study_decision
 from grpo.report.slices import slice_figure
 
 PARAMS = ["layout", "rl_config.clip_ratio", "rl_config.init_kl_coef", "rl_config.n_samples_per_prompt"]
@@ -23,7 +23,7 @@ def small(tmp_path_factory):
     """The fixture study (4 complete trials) with the payload in a parameter value."""
     study = make_study(tmp_path_factory.mktemp("figures"), payload=PAYLOAD)
     frames = collect(study)
-    return study, frames, decide(study, frames)
+    return study, frames, study_decision(study, frames)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_the_best_trial_is_a_red_star_in_every_slice(small):
 def curves(tmp_path_factory):
     study = make_study(tmp_path_factory.mktemp("curves"), payload=PAYLOAD, confirm=True, health=True)
     frames = collect(study)
-    decision = decide(study, frames)
+    decision = study_decision(study, frames)
     return study, decision, learning_curves(study, frames, decision.best)
 
 

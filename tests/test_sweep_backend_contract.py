@@ -76,8 +76,10 @@ def test_user_backends_are_built_from_the_spec_and_travel_whole():
 
 def test_the_driver_and_preflight_name_no_backend():
     """The seam: only the backends (and the spec, whose default is ``embedded``) know which backends exist."""
-    for name in ("driver", "trial_builder", "preflight", "outcome", "scheduler", "worker", "study_store", "lease",
-                 "retry", "progress", "commands", "layout_table"):
+    for name in ("run/driver", "run/admit", "run/live", "run/record", "run/stoppers", "run/snapshot",
+                 "run/trial_builder", "run/preflight", "run/outcome", "execution/scheduler", "execution/worker",
+                 "execution/seed_result", "study/store", "study/lease", "study/retry", "commands/progress",
+                 "commands/handlers", "commands/layout_table"):
         path = REPO / "grpo" / "sweep" / f"{name}.py"
         text = path.read_text()
         for word in ('"mindspeed"', '"embedded"', "npu_slots", "GRPO_SWEEP_"):

@@ -36,6 +36,7 @@ from sweep_helpers import cli_env, load, states, write_spec
 
 from grpo.errors import UserError
 from grpo.sweep.execution import connect
+from grpo.sweep.spec.address import parse
 from grpo.sweep.spec.load import load_spec
 
 RAY = str(Path(sys.executable).parent / "ray")
@@ -56,15 +57,15 @@ def test_address_forms_are_ray_s():
     from ray._raylet import parse_address
 
     for text in ["192.0.2.7:6379", "head-node.example:46379", "[::1]:6379"]:
-        target = connect.parse(text)
+        target = parse(text)
         host, port = parse_address(text)
         assert (target.kind, target.host, target.port) == ("gcs", host, int(port))
         assert target.address == text  # what ray.init gets is what the user wrote
-    assert connect.parse("ray://head").address == "ray://head:10001"
-    assert connect.parse("ray://head:20001").kind == "client"
+    assert parse("ray://head").address == "ray://head:10001"
+    assert parse("ray://head:20001").kind == "client"
     for bad in ["head", "http://head:6379", "head:0", "head:70000", "ray://", "ray://a:b"]:
         with pytest.raises(ValueError):
-            connect.parse(bad)
+            parse(bad)
 
 
 def test_spec_takes_what_ray_start_prints(tmp_path):
@@ -169,7 +170,7 @@ def test_a_ray_client_failure_is_one_line_and_retried_once(monkeypatch):
 
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.setattr(ray, "shutdown", lambda: None)
-    target = connect.parse("ray://head:10001")
+    target = parse("ray://head:10001")
     failures = 1
     connect._init_remote(target, {}, "--address")
     assert calls == ["ray://head:10001"] * 2

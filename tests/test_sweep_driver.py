@@ -232,24 +232,24 @@ def test_a_full_disk_in_the_driver_stops_the_study_cleanly_and_it_resumes(tmp_pa
     import errno
 
     from grpo.errors import StudyStopped
-    from grpo.sweep.run import driver as driver_mod
+    from grpo.sweep.run.live import LiveTrial
 
-    real_record, calls = driver_mod._Driver._record, []
+    real_record, calls = LiveTrial.record, []
 
-    def record(self, live, seed, iteration, metrics):
+    def record(self, seed, iteration, metrics):
         calls.append(iteration)
         if len(calls) == 8:
-            raise OSError(errno.ENOSPC, "No space left on device", str(live.trial_dir / "metrics.jsonl"))
-        return real_record(self, live, seed, iteration, metrics)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.trial_dir / "metrics.jsonl"))
+        return real_record(self, seed, iteration, metrics)
 
-    monkeypatch.setattr(driver_mod._Driver, "_record", record)
+    monkeypatch.setattr(LiveTrial, "record", record)
     fields = dict(trials=3, concurrency=2, backend="sweep_test_backends:SlowCurveBackend")
     with pytest.raises(StudyStopped, match=r"metrics.jsonl: No space left on device: the driver stopped the study"):
         _run(tmp_path, monkeypatch, **fields)
     stopped = load(tmp_path)
     assert not [t for t in stopped.trials if t.state == TrialState.RUNNING]
     assert all(not t.user_attrs.get("gave_up") for t in stopped.trials)
-    monkeypatch.setattr(driver_mod._Driver, "_record", real_record)
+    monkeypatch.setattr(LiveTrial, "record", real_record)
     again = _run(tmp_path, monkeypatch, **fields)
     complete = [t for t in again.trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 3 and all(t.user_attrs["attempt"] == 1 for t in complete)

@@ -1,10 +1,10 @@
-"""The outcome of a finished trial, decided without Ray or Optuna (grpo.sweep.run.outcome.decide)."""
+"""The outcome of a finished trial, decided without Ray or Optuna (grpo.sweep.run.outcome.trial_outcome)."""
 
 import math
 
 import pytest
 
-from grpo.sweep.run.outcome import Complete, Failed, Interrupted, Pruned, SeedEnd, decide
+from grpo.sweep.run.outcome import Complete, Failed, Interrupted, Pruned, SeedEnd, trial_outcome
 
 LOG = ["line 1", "line 2"]
 DONE = {"status": "complete"}
@@ -15,7 +15,7 @@ def outcome(result=DONE, worker_error=None, **kw):
                 timeout_s=60.0, objectives=["grpo/score/mean"], seed_values=[[0.5]], reported=["grpo/score/mean"],
                 log_lines=LOG)
     args.update(kw)
-    return decide(**args)
+    return trial_outcome(**args)
 
 
 def test_a_complete_trial_averages_its_seeds_and_keeps_their_spread_and_interval():
@@ -109,3 +109,12 @@ def test_a_retry_that_never_launched_hands_on_the_checkpoint_its_trial_would_hav
     ran.set_user_attr("trial_dir", str(tmp_path / "trials/6"))
     fail_and_maybe_retry(store, store.frozen(ran), "killed", retries=3)  # it ran: its own folder is the latest
     assert study.ask().user_attrs["resume_from"] == str(tmp_path / "trials/6")
+
+
+def test_stop_reasons_and_seed_statuses_travel_as_their_values():
+    """Through Ray and into messages a StopReason is its plain value (f-strings too, on 3.10 and 3.11+)."""
+    from grpo.sweep.execution.seed_result import SeedStatus, StopReason
+
+    assert StopReason.DRIVER_DIED == "driver died" and f"{StopReason.TIMEOUT}" == "timeout"
+    assert f"{SeedStatus.FAILED}" == "failed" and SeedStatus("stopped") is SeedStatus.STOPPED
+    assert outcome({"status": SeedStatus.STOPPED}, stop_reason=StopReason.PRUNED) == Pruned()

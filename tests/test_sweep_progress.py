@@ -12,7 +12,8 @@ from rich.console import Console
 from sweep_helpers import TESTS, write_spec
 
 from grpo.sweep.commands.progress import LiveProgress
-from grpo.sweep.run.driver import ProgressSnapshot, RunningTrial, run_study
+from grpo.sweep.run.driver import run_study
+from grpo.sweep.run.snapshot import ProgressSnapshot, RunningTrial
 from grpo.sweep.spec.load import load_spec
 
 RUNNING = RunningTrial(3, {"rl_config.clip_ratio": 0.186}, 1, 6, 0.7576, iterations=12, elapsed_s=6.0)

@@ -260,6 +260,18 @@ def test_the_report_is_refreshed_at_most_every_two_seconds_and_a_failure_is_one_
     assert err == "warning: the report was not refreshed: RuntimeError: disk full\n"  # one line, once
 
 
+def test_a_report_failure_with_an_empty_message_is_one_warning_naming_its_class(capsys):
+    """A bare ``assert`` in the report has no message: the warning names the error (it used to be an
+    IndexError from the warning's own formatting, which hid the real error and skipped the deduplication)."""
+
+    def write(study):
+        raise AssertionError()
+
+    refresh = commands.ThrottledReport(write, clock=lambda: 0.0)
+    refresh("study")
+    assert capsys.readouterr().err == "warning: the report was not refreshed: AssertionError\n"
+
+
 def test_a_new_study_records_its_environment(tmp_path, monkeypatch):
     study = run_study(_spec(tmp_path, monkeypatch, trials=1)).study
     env = study.user_attrs["environment"]

@@ -15,10 +15,11 @@ from sweep_helpers import load, module_ray, states, write_spec
 
 from grpo.report import collect
 from grpo.report.collect import value_columns
-from grpo.report.trial_config import CONFIG_FILE, config_pointer, digest, recorded_config
+from grpo.report.trial_config import config_pointer, digest, recorded_config
 from grpo.sweep.run.driver import run_study
 from grpo.sweep.spec.load import load_spec
 from grpo.sweep.study.store import StudyStore
+from grpo.trial_attrs import CONFIG_POINTER
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -106,7 +107,7 @@ def test_the_config_lives_in_the_trial_folder_and_the_storage_points_at_it(finis
     for t in study.trials:
         assert "config" not in t.user_attrs  # ~4 kB per trial that every `optuna trials` row used to carry
         path = study_dir / "trials" / str(t.number) / "config.yaml"
-        assert t.user_attrs[CONFIG_FILE] == {
+        assert t.user_attrs[CONFIG_POINTER] == {
             "path": f"trials/{t.number}/config.yaml",
             "sha256": digest(path.read_bytes()),
         }

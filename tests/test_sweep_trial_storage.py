@@ -37,11 +37,11 @@ from grpo.sweep.execution.trial_storage import (
     TrialStorage,
     TrialStorageError,
     join,
-    location_problem,
     run_path,
     study_location,
 )
 from grpo.sweep.spec.load import load_spec
+from grpo.sweep.spec.locations import location_problem
 
 RUN = run_path(0, 0)
 

@@ -109,8 +109,8 @@ def test_the_report_reads_a_recorded_config_through_the_guard(tmp_path):
 
 
 def test_mindspeeds_runtime_env_goes_through_the_guard(tmp_path):
-    from grpo.sweep.backends.mindspeed import runtime_env_for
-    from grpo.sweep.spec import MindSpeedSpec
+    from grpo.sweep.backends.mindspeed.backend import runtime_env_for
+    from grpo.sweep.spec.models import MindSpeedSpec
     from mindspeed_helpers import config
 
     bad = tmp_path / "env.yaml"

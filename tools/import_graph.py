@@ -6,15 +6,17 @@
 
 Every ``import`` counts, at module level or inside a function (a lazy import is still a dependency),
 including ``if TYPE_CHECKING:`` blocks: a circle hidden from the interpreter is still a circle for the
-reader. The layering is DESIGN.md's one-way flow (spec -> config + search space -> study -> scheduler ->
-backend -> metrics -> storage -> report), as packages:
+reader. The layering is docs/architecture.md's (the picture, the data flow, where each concept lives), as
+packages:
 
-    grpo.errors, grpo._fs          the bottom: no grpo imports
+    grpo.errors, grpo._fs,         the bottom: no grpo imports
+    grpo.trial_attrs, grpo._optuna_private
     grpo._yaml                     the guarded YAML loader (imports grpo.errors only)
     grpo.config                    schema, composition, rules
     grpo.engine, grpo.plan         the trainer; the memory planner (a leaf: estimate(cfg))
     grpo.report                    reads study storage and trial dirs only (no config composition)
-    grpo.sweep                     spec, search space, study, scheduler, backends, commands
+    grpo.sweep.<group>             spec, study, backends, execution, run, commands: each imports only the
+                                   groups before it (SWEEP_GROUPS)
     grpo.cli                       the entry point
 
 Standard library only, so it runs on any checkout (also an old one, for a before/after comparison).
@@ -34,14 +36,28 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOWED: dict[str, set[str]] = {
     "grpo.errors": set(),
     "grpo._fs": set(),
+    "grpo.trial_attrs": set(),  # the trial attr keys the sweep writes and the report reads
+    "grpo._optuna_private": set(),  # Optuna's internals, behind a version guard
     "grpo._yaml": {"grpo.errors"},  # the guarded YAML loader, under everything that reads a user's YAML
     "grpo.config": {"grpo.errors", "grpo._fs", "grpo._yaml"},
     "grpo.engine": {"grpo.config", "grpo.errors", "grpo._fs", "grpo._yaml"},
     "grpo.plan": {"grpo.config", "grpo.errors"},
-    "grpo.report": {"grpo.errors", "grpo._fs", "grpo._yaml"},
-    "grpo.sweep": {"grpo.config", "grpo.engine", "grpo.plan", "grpo.report", "grpo.errors", "grpo._fs", "grpo._yaml"},
-    "grpo.cli": {"grpo.sweep", "grpo.config", "grpo.errors"},
+    "grpo.report": {"grpo.errors", "grpo._fs", "grpo._yaml", "grpo.trial_attrs", "grpo._optuna_private"},
+    "grpo.sweep": set(),  # its __init__ is empty: the groups below are the packages
+    "grpo.cli": {"grpo.sweep.commands", "grpo.sweep.spec", "grpo.sweep.backends", "grpo.config", "grpo.errors"},
 }
+
+# grpo.sweep's groups, in order: each imports only the groups before it (and the packages beside it).
+SWEEP_GROUPS: dict[str, set[str]] = {
+    "grpo.sweep.spec": {"grpo.config", "grpo.errors", "grpo._fs"},
+    "grpo.sweep.study": {"grpo.config", "grpo.report", "grpo.errors", "grpo._fs", "grpo._optuna_private"},
+    "grpo.sweep.backends": {"grpo.config", "grpo.engine", "grpo.errors", "grpo._fs"},
+    "grpo.sweep.execution": {"grpo.config", "grpo.errors", "grpo._fs"},
+    "grpo.sweep.run": {"grpo.config", "grpo.engine", "grpo.plan", "grpo.report", "grpo.errors", "grpo._fs"},
+    "grpo.sweep.commands": {"grpo.config", "grpo.plan", "grpo.report", "grpo.errors", "grpo._fs"},
+}
+for _i, (_group, _beside) in enumerate(SWEEP_GROUPS.items()):
+    ALLOWED[_group] = _beside | {"grpo.trial_attrs", "grpo._yaml"} | set(list(SWEEP_GROUPS)[:_i])
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -93,7 +109,10 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
 
 
 def package_of(module: str) -> str:
+    """The layer a module belongs to: ``grpo.<package>``, or ``grpo.sweep.<group>`` inside the sweep."""
     parts = module.split(".")
+    if len(parts) > 2 and ".".join(parts[:3]) in SWEEP_GROUPS:
+        return ".".join(parts[:3])
     return ".".join(parts[:2]) if len(parts) > 1 else module
 
 

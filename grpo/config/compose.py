@@ -46,7 +46,8 @@ from grpo.config.messages import validation_problems
 from grpo.config.rules import check_rules
 from grpo.config.schema import KEY_HOMES, MEGATRON_DEFAULTS, GRPOConfig
 from grpo.config.shipped import shipped_configs
-from grpo.errors import UserError
+from grpo.errors import UserError, first_line
+from grpo.errors import display_path as _display
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -122,14 +123,6 @@ def find_config(name: str, config_dir: ConfigDirs = None) -> Path | None:
 def config_names(config_dir: ConfigDirs = None) -> list[str]:
     """Every config name the search path offers, sorted."""
     return sorted({p.stem for d in config_search_path(config_dir) for p in d.glob("*.yaml")})
-
-
-def _display(path: Path) -> str:
-    """A path as the user would type it: relative to the working directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _looks_like_path(target: str) -> bool:
@@ -264,7 +257,7 @@ def _plan(overrides: Sequence[str], primary: Any, source: str, dirs: Sequence[Pa
         try:
             (override,) = parser.parse_overrides([text])
         except OverrideParseException as err:
-            raise UserError(f"{source}: override '{text}': {str(err).splitlines()[0]}") from None
+            raise UserError(f"{source}: override '{text}': {first_line(err)}") from None
         key = override.key_or_group
         plain_key = (
             override.package is None

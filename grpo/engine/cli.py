@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grpo.errors import UserError
+from grpo.errors import UserError, first_line
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -144,7 +144,7 @@ def jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
     try:
         parsed = OverridesParser.create().parse_overrides(mine)
     except OverrideParseException as err:
-        raise UserError(f"override: {str(err).splitlines()[0]}") from None
+        raise UserError(f"override: {first_line(err)}") from None
     axes: dict[str, list[str]] = {}  # one axis per key; a key given twice keeps its last value
     for override in parsed:
         key = override.get_key_element()

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grpo.errors import UserError
+from grpo.errors import UserError, first_line
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as HFTokenizer
@@ -124,7 +124,7 @@ def load_tokenizer(folder_or_file: str | Path, key: str = "megatron_training.tok
     try:
         backend = HFTokenizer.from_file(str(file))
     except Exception as err:  # tokenizers raises a bare Exception on malformed files
-        raise UserError(f"{file}: {key}: not a valid tokenizer.json ({str(err).splitlines()[0]})") from None
+        raise UserError(f"{file}: {key}: not a valid tokenizer.json ({first_line(err)})") from None
     eos = pad = None
     for extra in (file.parent / "tokenizer_config.json", file.parent / "generation_config.json"):
         if extra.is_file():

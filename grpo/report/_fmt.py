@@ -11,7 +11,7 @@ import math
 from html import escape
 from typing import Any
 
-__all__ = ["cell", "count", "duration", "escape", "fmt", "hours", "num", "plural", "trial_link"]
+__all__ = ["cell", "count", "duration_text", "escape", "fmt", "hours", "num", "plural", "trial_link"]
 
 
 def num(value: Any, digits: int = 4) -> str:
@@ -41,7 +41,7 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def duration(seconds: Any) -> str:
+def duration_text(seconds: Any) -> str:
     """``3.2 s``, ``42.0 s``, ``5m 03s``, ``2h 07m``; '' when unknown."""
     if seconds is None or (isinstance(seconds, float) and not math.isfinite(seconds)):
         return ""

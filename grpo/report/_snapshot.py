@@ -17,6 +17,7 @@ from collections.abc import Container, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo._optuna_private import storage_of
 from grpo.report.best import is_repeat
 
 
@@ -24,7 +25,7 @@ class StudySnapshot(optuna.Study):
     """``study`` with its trials read once; ``trials`` limits it to those trials (a sample)."""
 
     def __init__(self, study: optuna.Study, trials: Sequence[FrozenTrial] | None = None):
-        super().__init__(study_name=study.study_name, storage=study._storage)
+        super().__init__(study_name=study.study_name, storage=storage_of(study))
         self.source: optuna.Study = study.source if isinstance(study, StudySnapshot) else study
         read = study.get_trials(deepcopy=False) if trials is None else trials
         self._frozen = [t for t in read if not is_repeat(t)]

@@ -13,7 +13,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-REPEAT_OF = "repeat_of"  # trial attr: a proposal equal to that trial's parameters, told its result, never run
+from grpo.trial_attrs import CONFIRMATION_OF, REPEAT_OF
 
 
 def is_repeat(trial: FrozenTrial) -> bool:
@@ -49,7 +49,7 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """The best COMPLETE trial (see the module docstring), or None when none has completed."""
     if len(study.directions) == 1:
         order = ranked(study)
-        confirmed = [t for t in order if t.user_attrs.get("confirmation_of") is not None]
+        confirmed = [t for t in order if t.user_attrs.get(CONFIRMATION_OF) is not None]
         if len(confirmed) >= 2:
             return confirmed[0]
         return order[0] if order else None

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo.trial_attrs import INFEASIBLE, RESUME_FROM, RESUMED_AT_ITERATION, RETRY_OF
+
 
 @dataclass(frozen=True)
 class Chains:
@@ -54,7 +56,7 @@ def _int(value: object) -> int | None:
 
 def is_placeholder(trial: FrozenTrial) -> bool:
     """A retry that never ran: told "not run" as ``infeasible`` (it lost a race for the budget), queued again."""
-    return trial.user_attrs.get("retry_of") is not None and bool(trial.user_attrs.get("infeasible"))
+    return trial.user_attrs.get(RETRY_OF) is not None and bool(trial.user_attrs.get(INFEASIBLE))
 
 
 def retry_chains(trials: Iterable[FrozenTrial]) -> Chains:
@@ -63,7 +65,7 @@ def retry_chains(trials: Iterable[FrozenTrial]) -> Chains:
     numbers = {t.number for t in ordered}
     chains = Chains()
     for t in ordered:
-        of = _int(t.user_attrs.get("retry_of"))
+        of = _int(t.user_attrs.get(RETRY_OF))
         if of is None or of not in numbers or of >= t.number or is_placeholder(t):
             continue
         chains.successor[of] = t.number  # in number order: the latest retry of ``of`` wins
@@ -71,7 +73,7 @@ def retry_chains(trials: Iterable[FrozenTrial]) -> Chains:
     for t in ordered:
         if t.number not in retries and t.number not in chains.successor:
             continue
-        of = _int(t.user_attrs.get("retry_of"))
+        of = _int(t.user_attrs.get(RETRY_OF))
         root = chains.root.get(of, of) if of is not None and chains.successor.get(of) == t.number else t.number
         chains.root[t.number] = root
         chains.runs.setdefault(root, []).append(t.number)
@@ -88,7 +90,7 @@ def logical_trials(trials: Iterable[FrozenTrial], chains: Chains | None = None) 
 
 def resumed_at(trial: FrozenTrial) -> dict[int, int]:
     """Seed -> the checkpoint iteration a retry resumed that seed from (its ``resumed_at_iteration`` attr)."""
-    raw = trial.user_attrs.get("resumed_at_iteration")
+    raw = trial.user_attrs.get(RESUMED_AT_ITERATION)
     out: dict[int, int] = {}
     if isinstance(raw, dict):
         for seed, iteration in raw.items():
@@ -102,12 +104,12 @@ def resumed_at(trial: FrozenTrial) -> dict[int, int]:
 def resume_text(trial: FrozenTrial) -> str:
     """Where a retry resumed: ``resumed at iteration 4 of #7`` (a range where its seeds differ),
     ``resumes #7 from its checkpoint`` (not started yet) or ``started over (no checkpoint to resume from)``."""
-    source = trial.user_attrs.get("retry_of")
+    source = trial.user_attrs.get(RETRY_OF)
     at = sorted(set(resumed_at(trial).values()))
-    if trial.user_attrs.get("resume_from") and at:
+    if trial.user_attrs.get(RESUME_FROM) and at:
         where = f"iteration {at[0]}" if len(at) == 1 else f"iterations {at[0]} to {at[-1]} (per seed)"
         return f"resumed at {where} of #{source}"
-    if trial.user_attrs.get("resume_from") and trial.state in (TrialState.WAITING, TrialState.RUNNING):
+    if trial.user_attrs.get(RESUME_FROM) and trial.state in (TrialState.WAITING, TrialState.RUNNING):
         return f"resumes #{source} from its checkpoint"
     return "started over (no checkpoint to resume from)"
 

@@ -38,21 +38,30 @@ from grpo.report._snapshot import StudySnapshot, snapshot
 from grpo.report.chains import resumed_at, retry_chains
 from grpo.report.diagnostics import Flag, diagnose
 from grpo.report.disk import DiskReport, trial_usage
+from grpo.trial_attrs import (
+    ATTEMPT,
+    CONFIRMATION_OF,
+    CPU_S,
+    DEVICES,
+    FAILURE_REASON,
+    NODE,
+    NPU_S,
+    OVERRIDES,
+    PRUNED_REASON,
+    RESUME_FROM,
+    RETRY_OF,
+    SEEDS,
+    TRIAL_DIR,
+    VALUE_INTERVAL,
+    VALUE_SPREAD,
+    VALUES_PER_SEED,
+    WALL_S,
+)
 
 METRIC_COLUMNS = ["trial", "seed", "iteration", "metric", "value"]
 
 # The trial attrs copied into the trials frame as they are (strings or numbers).
-_PLAIN_ATTRS = (
-    "wall_s",
-    "cpu_s",
-    "npu_s",
-    "failure_reason",
-    "pruned_reason",
-    "node",
-    "attempt",
-    "retry_of",
-    "confirmation_of",
-)
+_PLAIN_ATTRS = (WALL_S, CPU_S, NPU_S, FAILURE_REASON, PRUNED_REASON, NODE, ATTEMPT, RETRY_OF, CONFIRMATION_OF)
 # The throughput metric the backends report (MindSpeed-RL: tokens per second per NPU).
 THROUGHPUT = "e2e_tps"
 
@@ -132,8 +141,8 @@ def study_objectives(study: optuna.Study) -> list[Objective]:
 def _candidates(trial: FrozenTrial, study_dir: str | None) -> list[str]:
     # Plain strings: pathlib costs more than the file system here at 10,000 trials.
     paths = []
-    if trial.user_attrs.get("trial_dir"):
-        paths.append(os.path.normpath(str(trial.user_attrs["trial_dir"])))
+    if trial.user_attrs.get(TRIAL_DIR):
+        paths.append(os.path.normpath(str(trial.user_attrs[TRIAL_DIR])))
     if study_dir:
         path = os.path.join(study_dir, "trials", str(trial.number))
         if path not in paths:  # usually the same path as the attr
@@ -192,7 +201,7 @@ def _metric_files(directory: str) -> list[tuple[str, int | None]]:
 
 
 def _seed_values(trial: FrozenTrial) -> list[Any]:
-    seeds = trial.user_attrs.get("seeds")
+    seeds = trial.user_attrs.get(SEEDS)
     if isinstance(seeds, list):
         return seeds
     return []
@@ -251,8 +260,8 @@ def _adopt_history(
     lines up to N of the attempt it resumed from are added under the retry's number."""
     resumed = {}
     for t in study.get_trials(deepcopy=False):
-        of, at = _int_or_none(t.user_attrs.get("retry_of")), resumed_at(t)
-        if of is not None and at and t.user_attrs.get("resume_from"):
+        of, at = _int_or_none(t.user_attrs.get(RETRY_OF)), resumed_at(t)
+        if of is not None and at and t.user_attrs.get(RESUME_FROM):
             resumed[t.number] = (of, at)
     if not resumed:
         return records
@@ -332,9 +341,9 @@ def trials_frame(
     chains = retry_chains(trials)
     extras["logical_trial"] = [chains.root.get(t.number, t.number) for t in trials]
     extras["superseded_by"] = [chains.successor.get(t.number) for t in trials]
-    resumed = [resumed_at(t) if t.user_attrs.get("resume_from") else {} for t in trials]
+    resumed = [resumed_at(t) if t.user_attrs.get(RESUME_FROM) else {} for t in trials]
     extras["resumed_from"] = [
-        _int_or_none(t.user_attrs.get("retry_of")) if r else None for t, r in zip(trials, resumed, strict=True)
+        _int_or_none(t.user_attrs.get(RETRY_OF)) if r else None for t, r in zip(trials, resumed, strict=True)
     ]
     extras["resumed_at_iteration"] = [min(r.values()) if r else None for r in resumed]
     disk = trial_usage(dirs) if disk is None else disk
@@ -377,19 +386,19 @@ _EXTRA_COLUMNS = [
 def _extras(trial: FrozenTrial, study: StudySnapshot, now: dt.datetime, last_iteration, flags, directory) -> list:
     attrs = trial.user_attrs
     plain = {key: attrs.get(key) for key in _PLAIN_ATTRS}
-    seeds = attrs.get("seeds")
+    seeds = attrs.get(SEEDS)
     n_seeds = len(seeds) if isinstance(seeds, list) else (seeds if isinstance(seeds, int) else None)
-    per_seed = attrs.get("values_per_seed")
-    spreads = _per_objective(attrs.get("value_spread"), len(study.directions))
+    per_seed = attrs.get(VALUES_PER_SEED)
+    spreads = _per_objective(attrs.get(VALUE_SPREAD), len(study.directions))
     duration = _duration_s(trial, now)
     if last_iteration is None and trial.intermediate_values:
         last_iteration = max(trial.intermediate_values)
-    overrides = attrs.get("overrides")
-    devices = attrs.get("devices")
+    overrides = attrs.get(OVERRIDES)
+    devices = attrs.get(DEVICES)
     row = {
         "seeds": n_seeds,
         "seed_values": json.dumps(per_seed) if per_seed is not None else None,
-        "value_interval": json.dumps(attrs["value_interval"]) if attrs.get("value_interval") is not None else None,
+        "value_interval": json.dumps(attrs[VALUE_INTERVAL]) if attrs.get(VALUE_INTERVAL) is not None else None,
         "confirmation_of": _int_or_none(plain["confirmation_of"]),
         "duration_s": duration,
         "compute_s": compute_seconds(
@@ -400,7 +409,7 @@ def _extras(trial: FrozenTrial, study: StudySnapshot, now: dt.datetime, last_ite
         if isinstance(devices, list)
         else (None if devices is None else str(devices)),
         "overrides": " ".join(map(str, overrides)) if isinstance(overrides, list) else overrides,
-        "trial_dir": str(directory) if directory is not None else attrs.get("trial_dir"),
+        "trial_dir": str(directory) if directory is not None else attrs.get(TRIAL_DIR),
         "flags": ", ".join(f.name for f in flags) if flags else "",
         **{k: (None if plain[k] is None else str(plain[k])) for k in ("failure_reason", "pruned_reason", "node")},
         **{k: plain[k] for k in ("wall_s", "cpu_s", "npu_s")},

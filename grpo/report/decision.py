@@ -1,6 +1,6 @@
 """The report's answer to "which settings, and how sure": the winner, the runner-up, what finding them cost.
 
-``decide(study, frames)`` reads a snapshot and the collected frames and returns a ``Decision``:
+``study_decision(study, frames)`` reads a snapshot and the collected frames and returns a ``Decision``:
 
 - ``best``: the trial the report recommends (and marks in every plot, exports, and shows how to rerun).
   One objective: the winner of ``grpo.report.stats.verdict``: among the confirmation trials when at least
@@ -26,6 +26,7 @@ from grpo.report import stats
 from grpo.report._snapshot import snapshot
 from grpo.report.best import best_trial, pareto_front, ranked
 from grpo.report.collect import Frames
+from grpo.trial_attrs import RESOURCES
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Decision:
         return self.verdict.runner_up if self.verdict is not None else None
 
 
-def decide(study: optuna.Study, frames: Frames) -> Decision:
+def study_decision(study: optuna.Study, frames: Frames) -> Decision:
     """The study's ``Decision`` (see the module docstring)."""
     snap = snapshot(study)
     multi = len(snap.directions) > 1
@@ -71,7 +72,7 @@ def accelerator_kind(trials: list[FrozenTrial]) -> str | None:
     """``NPU`` or ``GPU`` from the trials' Ray ``resources`` attr; None when no trial held an accelerator."""
     kinds = set()
     for t in trials:
-        options = t.user_attrs.get("resources")
+        options = t.user_attrs.get(RESOURCES)
         if not isinstance(options, dict):
             continue
         custom = options.get("resources")

@@ -54,6 +54,7 @@ import optuna
 import pandas as pd
 
 from grpo.report.trial_config import config_path, recorded_config
+from grpo.trial_attrs import OVERRIDES
 
 ENTROPY_COLLAPSE_RATIO = 0.1
 KL_BLOWUP_NATS = 1.0
@@ -451,7 +452,7 @@ MAX_TOKENS_KEY = "generate_config.sampling_config.max_tokens"
 def _max_tokens_from_overrides(trial: optuna.trial.FrozenTrial, study: optuna.Study | None) -> object:
     """max_tokens from the study's base config and the trial's overrides; ``_UNKNOWN`` when they cannot say
     (no base config or overrides recorded, or a config-group override, which may set anything)."""
-    overrides = trial.user_attrs.get("overrides")
+    overrides = trial.user_attrs.get(OVERRIDES)
     base = study.user_attrs.get("base_config") if study is not None else None
     if not isinstance(overrides, list) or not isinstance(base, dict):
         return _UNKNOWN

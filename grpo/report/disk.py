@@ -23,7 +23,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-CHECKPOINT_DIR = "ckpt"  # the trial's save folder, runs/seed<k>/ckpt (grpo.sweep.run.trial_builder)
+from grpo._fs import CHECKPOINT_DIR
+
 MAX_ENTRIES = 400_000  # files and folders looked at, for the whole study
 MAX_SECONDS = 5.0  # wall time of the whole walk
 _CHECK_EVERY = 512  # entries between two looks at the clock

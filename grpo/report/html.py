@@ -37,12 +37,12 @@ from grpo.report._assets import CSS, JS, PAGE
 from grpo.report._fmt import escape
 from grpo.report._snapshot import snapshot
 from grpo.report.collect import Frames, collect
-from grpo.report.decision import Decision, decide
+from grpo.report.decision import Decision, study_decision
 from grpo.report.plots import Panel, cost_panels, curves_panel, why_panels
 from grpo.report.reproduce import CONFIG_NAME, config_yaml
 
 PLOT_CONFIG = {"responsive": True, "displaylogo": False}
-CONFIG_FILE = f"{CONFIG_NAME}.yaml"
+REPORT_CONFIG_FILE = f"{CONFIG_NAME}.yaml"
 
 
 def write_report(study: optuna.Study, out_dir: Path, spec_path: str | None = None) -> Path:
@@ -55,12 +55,12 @@ def write_report(study: optuna.Study, out_dir: Path, spec_path: str | None = Non
     with _gc_frozen():
         snap = snapshot(study)
         frames = collect(snap)
-        decision = decide(snap, frames)
+        decision = study_decision(snap, frames)
         base, _ = page_trials.base_config(snap)
         config = config_yaml(snap, decision.best, base) if decision.best is not None else None
-        page = render(snap, frames, spec_path=spec_path, decision=decision, config_path=out_dir / CONFIG_FILE)
+        page = render(snap, frames, spec_path=spec_path, decision=decision, config_path=out_dir / REPORT_CONFIG_FILE)
     if config is not None:
-        atomic_write_text(out_dir / CONFIG_FILE, config)
+        atomic_write_text(out_dir / REPORT_CONFIG_FILE, config)
     return atomic_write_text(out_dir / "index.html", page)
 
 
@@ -86,8 +86,8 @@ def render(
 ) -> str:
     """The whole HTML page as a string (see the module docstring)."""
     snap = snapshot(study)
-    decision = decision or decide(snap, frames)
-    config_path = config_path or Path(CONFIG_FILE)
+    decision = decision or study_decision(snap, frames)
+    config_path = config_path or Path(REPORT_CONFIG_FILE)
     base, base_label = page_trials.base_config(snap)
     numbers = page_trials.detail_numbers(snap)
     detail = set(numbers)

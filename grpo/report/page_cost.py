@@ -16,13 +16,13 @@ from typing import Any
 
 import pandas as pd
 
-from grpo.report._fmt import count, duration, escape, hours, num, plural
+from grpo.report._fmt import count, duration_text, escape, hours, num, plural
 from grpo.report._snapshot import StudySnapshot
 from grpo.report.best import ranked
 from grpo.report.collect import Frames, study_objectives, value_columns
 from grpo.report.decision import Decision
 from grpo.report.disk import size_text
-from grpo.report.reproduce import commands, environment
+from grpo.report.reproduce import commands, recorded_environment
 
 COST_ROWS = 10
 
@@ -39,7 +39,7 @@ def cost_facts(frames: Frames, decision: Decision) -> str:
     if held > 0:
         parts.append(f"{kind}-seconds {count(held)} ({hours(held)})")
     parts.append(f"CPU-seconds {count(_sum(trials, 'cpu_s'))} ({hours(_sum(trials, 'cpu_s'))})")
-    parts.append(f"trial wall time {duration(_sum(trials, 'wall_s')) or '0 s'}")
+    parts.append(f"trial wall time {duration_text(_sum(trials, 'wall_s')) or '0 s'}")
     tps = trials["throughput"].dropna() if "throughput" in trials else pd.Series(dtype="float64")
     throughput = (
         f"Throughput (e2e_tps as the backend reports it: tokens per second per device for MindSpeed-RL, per run "
@@ -118,7 +118,7 @@ def cost_table(snap: StudySnapshot, frames: Frames, decision: Decision) -> str:
 
 
 def _text_duration(value: Any) -> str:
-    return duration(value) if isinstance(value, (int, float)) and math.isfinite(value) else ""
+    return duration_text(value) if isinstance(value, (int, float)) and math.isfinite(value) else ""
 
 
 def _int_text(value: Any) -> str:
@@ -147,7 +147,7 @@ def reproduce(snap: StudySnapshot, decision: Decision, config_path: Path, config
 
 
 def _environment(snap: StudySnapshot) -> str:
-    env = environment(snap)
+    env = recorded_environment(snap)
     if env is None:
         return (
             '<p class="note">The study records no environment (package versions, commit): studies made by an '

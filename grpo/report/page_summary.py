@@ -18,11 +18,12 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from grpo.report import stats
-from grpo.report._fmt import duration, escape, fmt, hours, num, plural, trial_link
+from grpo.report._fmt import duration_text, escape, fmt, hours, num, plural, trial_link
 from grpo.report._snapshot import StudySnapshot
 from grpo.report.chains import logical_trials, retry_chains
 from grpo.report.collect import Frames, study_objectives
 from grpo.report.decision import Compute, Decision
+from grpo.trial_attrs import CONFIRMATION_OF
 
 STATE_ORDER = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 
@@ -98,7 +99,7 @@ def _span(snap: StudySnapshot, compute: Compute) -> str:
     first = min(starts)
     ends = [t.datetime_complete for t in snap.get_trials(deepcopy=False) if t.datetime_complete]
     end = "now (trials running)" if compute.running or not ends else f"{max(ends):%Y-%m-%d %H:%M:%S}"
-    return f"{first:%Y-%m-%d %H:%M:%S} to {end} ({duration(compute.wall_s_total)})"
+    return f"{first:%Y-%m-%d %H:%M:%S} to {end} ({duration_text(compute.wall_s_total)})"
 
 
 # ------------------------------------------------------------------------------------------ decision
@@ -116,7 +117,7 @@ def _interval_text(trial: FrozenTrial, objective: int = 0) -> str:
 
 
 def _stage(trial: FrozenTrial) -> str:
-    of = trial.user_attrs.get("confirmation_of")
+    of = trial.user_attrs.get(CONFIRMATION_OF)
     return f" (confirmation of trial #{of})" if isinstance(of, int) else ""
 
 
@@ -125,12 +126,12 @@ def compute_text(compute: Compute, best: FrozenTrial | None) -> str:
     unit = f"{compute.kind}-hours" if compute.kind != "CPU" else "CPU-hours (no accelerator held)"
     total = f"{hours(compute.device_s_total)} {unit}"
     if compute.wall_s_total is not None:
-        total += f", {duration(compute.wall_s_total)} wall time"
+        total += f", {duration_text(compute.wall_s_total)} wall time"
     if best is None or compute.device_s_to_best is None:
         return f"<p>Compute in all: {escape(total)}.</p>"
     to_best = f"{hours(compute.device_s_to_best)} {unit}"
     if compute.wall_s_to_best is not None:
-        to_best += f" and {duration(compute.wall_s_to_best)} wall time"
+        to_best += f" and {duration_text(compute.wall_s_to_best)} wall time"
     return (
         f'<p class="compute">Compute to find it: <b>{escape(to_best)}</b> '
         f"({plural(compute.trials_to_best or 0, 'trial')} up to trial #{best.number}); "

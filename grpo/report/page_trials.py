@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 from grpo._fs import tail_lines
 from grpo.errors import shorten
 from grpo.report._fmt import cell as _cell
-from grpo.report._fmt import duration as _duration
+from grpo.report._fmt import duration_text as _duration
 from grpo.report._fmt import escape
 from grpo.report._fmt import fmt as _fmt
 from grpo.report._fmt import num as _num
@@ -36,6 +36,7 @@ from grpo.report.collect import Frames, spread_columns, study_objectives, trial_
 from grpo.report.disk import size_text
 from grpo.report.tracking import tracking_facts
 from grpo.report.trial_config import changed_note, recorded_config
+from grpo.trial_attrs import LAST_LOG_LINES
 
 MAX_DETAIL_ALL = 100  # up to this many trials, every trial gets a detail section
 MAX_DETAIL_BEST = 50
@@ -273,7 +274,7 @@ def _per_seed(text: str) -> str:
 
 def _log_tail(trial: FrozenTrial, snap: StudySnapshot) -> list[str]:
     """The failure's last log lines: the trial's ``last_log_lines`` attr, else its ``train.log``."""
-    lines = trial.user_attrs.get("last_log_lines")
+    lines = trial.user_attrs.get(LAST_LOG_LINES)
     if isinstance(lines, list) and lines:
         return [str(x) for x in lines][-LOG_TAIL_LINES:]
     directory = trial_dir(trial, snap)

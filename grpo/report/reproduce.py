@@ -16,7 +16,7 @@
   with its ``megatron_training.seed``). MindSpeed backend: the launch the trial's first seed logged as
   the first line of its ``train.log`` (``# grpo-sweep: <cmd> (cwd <checkout>, ...)``), else the launch
   rebuilt from the spec's ``mindspeed`` settings and the trial's rendered ``mindspeed_config``.
-- ``environment(study)``: the study's ``environment`` attr (python, platform, commit, package versions),
+- ``recorded_environment(study)``: the study's ``environment`` attr (python, platform, commit, package versions),
   recorded by the sweep when it created the study; None for an older study.
 """
 
@@ -34,8 +34,10 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial
 
+from grpo._fs import RESUME_KEYS
 from grpo.report.collect import trial_dir
 from grpo.report.trial_config import changed_note, recorded_config
+from grpo.trial_attrs import SEEDS
 
 CONFIG_NAME = "best_config"
 SEED_KEY = "megatron_training.seed"
@@ -70,10 +72,6 @@ RUN_KEYS = (
     "engine.swanlab_group",
     "engine.trial_params",  # the searched values a tracked run logs as its TensorBoard HParams
 )
-
-
-# What a retry sets to resume from its own checkpoint (grpo.sweep.run.trial_builder.RESUME_KEYS).
-RESUME_KEYS = ("actor_config.finetune", "actor_config.no_load_optim", "actor_config.no_load_rng")
 
 
 def _get(config: dict[str, Any] | None, dotted: str) -> Any:
@@ -149,7 +147,7 @@ def config_yaml(
     body = exported_config(trial, base, study)
     if body is None:
         return None
-    seeds = trial.user_attrs.get("seeds")
+    seeds = trial.user_attrs.get(SEEDS)
     found = recorded_config(trial, study)
     header = (
         f"# trial {trial.number} of study {study.study_name}: the best trial of its report\n"
@@ -167,7 +165,7 @@ def commands(study: optuna.Study, trial: FrozenTrial, config_path: Path) -> Repr
     backend = str(study.user_attrs.get("backend") or (spec or {}).get("backend") or "embedded")
     if backend == "mindspeed":
         return _mindspeed(study, trial, spec or {})
-    seeds = [s for s in (trial.user_attrs.get("seeds") or []) if isinstance(s, int)]
+    seeds = [s for s in (trial.user_attrs.get(SEEDS) or []) if isinstance(s, int)]
     line = run_line(config_path)
     lines = [line] + [f"{line} {SEED_KEY}={s}" for s in seeds[1:]]
     note = f"Reruns trial {trial.number} with the embedded engine from {config_path.name} beside this report" + (
@@ -221,6 +219,6 @@ def _first_run(directory: Path) -> Path:
     return directory
 
 
-def environment(study: optuna.Study) -> dict[str, Any] | None:
+def recorded_environment(study: optuna.Study) -> dict[str, Any] | None:
     value = study.user_attrs.get("environment")
     return value if isinstance(value, dict) else None

@@ -20,6 +20,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import FrozenTrial
 
 from grpo.report._figure import BEST_MARKER, RUNNER_UP_MARKER, axis, axis_title, grid, marker_trace
+from grpo.trial_attrs import VALUE_INTERVAL, VALUES_PER_SEED
 
 COLORSCALE = "Viridis"
 MAX_TICK_CHARS = 20
@@ -27,12 +28,12 @@ MAX_TICK_CHARS = 20
 
 def seed_range(trial: FrozenTrial, objective: int = 0) -> tuple[float, float] | None:
     """The trial's value range over seeds: its ``value_interval`` attr, else min/max of ``values_per_seed``."""
-    interval = trial.user_attrs.get("value_interval")
+    interval = trial.user_attrs.get(VALUE_INTERVAL)
     if isinstance(interval, list) and objective < len(interval):
         entry = interval[objective]
         if isinstance(entry, (list, tuple)) and len(entry) == 2 and all(_finite(v) for v in entry):
             return float(entry[0]), float(entry[1])
-    per_seed = trial.user_attrs.get("values_per_seed")
+    per_seed = trial.user_attrs.get(VALUES_PER_SEED)
     if isinstance(per_seed, list) and objective < len(per_seed) and isinstance(per_seed[objective], list):
         values = [float(v) for v in per_seed[objective] if _finite(v)]
         if len(values) > 1:

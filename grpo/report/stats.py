@@ -25,6 +25,8 @@ import numpy as np
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
+from grpo.trial_attrs import CONFIRMATION_OF, SEEDS, VALUES_PER_SEED
+
 CONFIDENCE = 0.95
 RESAMPLES = 5000
 ALPHA = 0.05
@@ -107,8 +109,8 @@ def seed_values(trial: FrozenTrial, objective: int = 0) -> dict[int, float]:
     """seed -> value of one objective, from the trial's ``seeds`` and ``values_per_seed`` attributes.
 
     A trial stored without them (one seed, or an older study) gives its value under seed -1."""
-    seeds = trial.user_attrs.get("seeds") or []
-    per_seed = trial.user_attrs.get("values_per_seed") or []
+    seeds = trial.user_attrs.get(SEEDS) or []
+    per_seed = trial.user_attrs.get(VALUES_PER_SEED) or []
     if objective < len(per_seed) and len(per_seed[objective]) == len(seeds):
         return {int(s): float(v) for s, v in zip(seeds, per_seed[objective], strict=True)}
     if trial.values is not None:
@@ -177,7 +179,7 @@ def verdict(trials: Sequence[FrozenTrial], direction: StudyDirection, objective:
     """Winner and runner-up among COMPLETE trials with values: among the confirmation trials when there are
     at least two (they ran more seeds on the same seeds), else among all; ranked by mean over seeds."""
     done = [t for t in trials if t.values is not None and len(t.values) > objective and t.state.name == "COMPLETE"]
-    confirmations = [t for t in done if t.user_attrs.get("confirmation_of") is not None]
+    confirmations = [t for t in done if t.user_attrs.get(CONFIRMATION_OF) is not None]
     pool = confirmations if len(confirmations) >= 2 else done
     if not pool:
         return None

@@ -1,7 +1,7 @@
 """Where a trial's runs went in SwanLab and W&B, as a fact of its section of the report.
 
 A sweep names each seed's run ``trial-N-seedK`` in both, in the spec's project, grouped by the study
-(``grpo.sweep.trial_builder.tracking_overrides``). Offline and local runs are folders under the trial's
+(``grpo.sweep.run.trial_builder.tracking_overrides``). Offline and local runs are folders under the trial's
 ``runs/seedK`` (SwanLab: ``swanlog/run-*``; W&B: ``wandb/offline-run-*``): the fact names each folder with the
 command that uploads or shows it (``swanlab sync``, ``swanlab watch``, ``wandb sync``). Cloud runs have
 no address the report can know (SwanLab and W&B give one at ``init``), so the fact names project,

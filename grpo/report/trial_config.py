@@ -24,9 +24,8 @@ from optuna.trial import FrozenTrial
 
 from grpo._yaml import decode_text, parse_yaml_text
 from grpo.errors import UserError
+from grpo.trial_attrs import CONFIG_INLINE, CONFIG_POINTER, TRIAL_DIR
 
-CONFIG_FILE = "config_file"  # trial attr: {"path": relative to the study folder, "sha256": 16 hex digits}
-LEGACY_CONFIG = "config"  # trial attr of studies written before: the config itself
 _DIGITS = 16
 
 
@@ -54,12 +53,12 @@ def config_path(trial: FrozenTrial, study: optuna.Study | None) -> Path | None:
     """Where the trial's config file is: in the trial's folder (its ``trial_dir`` attr, absolute), else at the
     pointer's path from the study folder (the ``study_dir`` attr: a study moved with its folder, read from
     where it was run); None when the trial records no file or it is not there."""
-    pointer = trial.user_attrs.get(CONFIG_FILE)
+    pointer = trial.user_attrs.get(CONFIG_POINTER)
     if not isinstance(pointer, dict) or not isinstance(pointer.get("path"), str):
         return None
     candidates = []
-    if trial.user_attrs.get("trial_dir"):
-        candidates.append(Path(str(trial.user_attrs["trial_dir"])) / Path(pointer["path"]).name)
+    if trial.user_attrs.get(TRIAL_DIR):
+        candidates.append(Path(str(trial.user_attrs[TRIAL_DIR])) / Path(pointer["path"]).name)
     study_dir = study.user_attrs.get("study_dir") if study is not None else None
     if study_dir:
         candidates.append(Path(str(study_dir)) / pointer["path"])
@@ -77,11 +76,11 @@ def recorded_config(trial: FrozenTrial, study: optuna.Study | None = None) -> Tr
             return None
         if not isinstance(config, dict):
             return None
-        changed = digest(data) != trial.user_attrs[CONFIG_FILE].get("sha256")
+        changed = digest(data) != trial.user_attrs[CONFIG_POINTER].get("sha256")
         return TrialConfig(config, str(path), changed)
-    legacy = trial.user_attrs.get(LEGACY_CONFIG)
+    legacy = trial.user_attrs.get(CONFIG_INLINE)
     if isinstance(legacy, dict):
-        return TrialConfig(legacy, f"trial {trial.number}'s {LEGACY_CONFIG} attr")
+        return TrialConfig(legacy, f"trial {trial.number}'s {CONFIG_INLINE} attr")
     return None
 
 

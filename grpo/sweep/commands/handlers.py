@@ -17,12 +17,24 @@ from rich.console import Console
 from rich.table import Table
 
 from grpo._fs import atomic_write_text
-from grpo.errors import UserError
+from grpo.errors import UserError, first_line
 from grpo.report.best import is_repeat
 from grpo.report.chains import chain_text, is_placeholder, retry_chains
 from grpo.report.stats import Interval, trial_interval
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import format_params
+from grpo.trial_attrs import (
+    ATTEMPT,
+    CONFIG_POINTER,
+    CONFIRMATION_OF,
+    FAILURE_REASON,
+    PRUNED_REASON,
+    RETRY_OF,
+    SEEDS,
+    VALUE_INTERVAL,
+    VALUE_SPREAD,
+    WALL_S,
+)
 
 REPORT_EVERY_S = 2.0  # the report is rewritten after a trial at most this often (and always at the end)
 REPORT_SHARE = 0.2  # ... and takes at most this share of the driver's time (a 10,000-trial report is slow)
@@ -110,7 +122,7 @@ class ThrottledReport:
             self.write(study)
             self.writes += 1
         except Exception as err:
-            line = f"warning: the report was not refreshed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            line = f"warning: the report was not refreshed: {first_line(err, 200, typed=True)}"
             if line not in self.warned:
                 self.warned.add(line)
                 print(line, file=sys.stderr, flush=True)
@@ -123,8 +135,8 @@ def stored_interval(trial: FrozenTrial, objective: int = 0) -> Interval:
     bootstrap per trial: ``status`` on 10,000 trials stays fast), computed for a trial stored without it."""
     if trial.values is None:
         return Interval(math.nan, None, None, 0)
-    stored = trial.user_attrs.get("value_interval")
-    seeds = trial.user_attrs.get("seeds")
+    stored = trial.user_attrs.get(VALUE_INTERVAL)
+    seeds = trial.user_attrs.get(SEEDS)
     n = len(seeds) if isinstance(seeds, list) else 1
     if isinstance(stored, list) and objective < len(stored):
         pair = stored[objective]
@@ -156,7 +168,7 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
     best = best_trial(study)
     if best is None or spec.multi_objective:
         return
-    confirmed = any(t.user_attrs.get("confirmation_of") is not None for t in trials)
+    confirmed = any(t.user_attrs.get(CONFIRMATION_OF) is not None for t in trials)
     found = verdict(trials, study.directions[0]) if confirmed else None
     if found is not None:  # the winner of the confirmation stage, against its runner-up
         console.print(found.text(), highlight=False)
@@ -172,26 +184,26 @@ def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
     chains = retry_chains(trials)  # an attempt and the retries that continued it: one logical trial
     by_number = {t.number: t for t in trials}
     for t in trials:  # repeats left out: the sampler's record of a point that already ran, not a result
-        seeds = t.user_attrs.get("seeds")
+        seeds = t.user_attrs.get(SEEDS)
         rows.append(
             {
                 "number": t.number,
                 "state": t.state.name,
                 "values": t.values,
                 # per objective [low, high] (95 % bootstrap over seeds), null for one seed
-                "value_interval": t.user_attrs.get("value_interval"),
+                "value_interval": t.user_attrs.get(VALUE_INTERVAL),
                 "seeds": len(seeds) if isinstance(seeds, list) else None,
-                "confirmation_of": t.user_attrs.get("confirmation_of"),  # a confirmation-stage rerun of that trial
+                "confirmation_of": t.user_attrs.get(CONFIRMATION_OF),  # a confirmation-stage rerun of that trial
                 "params": t.params,
-                "attempt": t.user_attrs.get("attempt", 1),
-                "retry_of": t.user_attrs.get("retry_of"),  # the chain of one logical trial: #3 <- #5 <- #8
+                "attempt": t.user_attrs.get(ATTEMPT, 1),
+                "retry_of": t.user_attrs.get(RETRY_OF),  # the chain of one logical trial: #3 <- #5 <- #8
                 # the chain's first attempt (None: a retry that never ran, queued again)
                 "logical_trial": None if is_placeholder(t) else chains.root.get(t.number, t.number),
                 "superseded_by": chains.successor.get(t.number),  # the retry that continued this attempt
                 "chain": chain_text(t.number, chains, by_number) or None,  # "run 2 of trial #3, resumed at ..."
                 "last_step": t.last_step,
-                "wall_s": t.user_attrs.get("wall_s"),
-                "reason": t.user_attrs.get("failure_reason") or t.user_attrs.get("pruned_reason"),
+                "wall_s": t.user_attrs.get(WALL_S),
+                "reason": t.user_attrs.get(FAILURE_REASON) or t.user_attrs.get(PRUNED_REASON),
             }
         )
     return rows
@@ -257,7 +269,7 @@ def cmd_best(args: argparse.Namespace) -> int:
             {
                 "number": t.number,
                 "values": t.values,
-                "value_interval": t.user_attrs.get("value_interval"),
+                "value_interval": t.user_attrs.get(VALUE_INTERVAL),
                 "params": t.params,
             }
             for t in pareto_front(study)
@@ -272,18 +284,18 @@ def cmd_best(args: argparse.Namespace) -> int:
             "seeds": interval.n,
             "text": interval.text(),
             "params": trial.params,
-            "spread": trial.user_attrs.get("value_spread"),
-            "confirmation_of": trial.user_attrs.get("confirmation_of"),
+            "spread": trial.user_attrs.get(VALUE_SPREAD),
+            "confirmation_of": trial.user_attrs.get(CONFIRMATION_OF),
         }
         print(json.dumps(shown, indent=2, default=str))
     if out is not None:
         from grpo.report.reproduce import config_yaml, run_line
-        from grpo.report.trial_config import CONFIG_FILE, changed_note, recorded_config
+        from grpo.report.trial_config import changed_note, recorded_config
 
         base = study.user_attrs.get("base_config")
         text = config_yaml(study, trial, base if isinstance(base, dict) else None, path=out)
         if text is None:
-            pointer = trial.user_attrs.get(CONFIG_FILE)
+            pointer = trial.user_attrs.get(CONFIG_POINTER)
             if isinstance(pointer, dict):
                 where = spec.study_dir / str(pointer.get("path"))
                 raise UserError(f"{spec.path}: trial {trial.number}: its config file {where} is missing or unreadable")

@@ -22,13 +22,13 @@ from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import format_params
 
 if TYPE_CHECKING:
-    from grpo.sweep.run.driver import ProgressSnapshot, RunningTrial
+    from grpo.sweep.run.snapshot import ProgressSnapshot, RunningTrial
 
 REFRESH_S = 0.5
 LINE_EVERY_S = 30.0  # off a terminal: a progress line at least this often (trial start/end lines come besides)
 
 
-def duration(seconds: float) -> str:
+def clock_text(seconds: float) -> str:
     """``1:02:03`` / ``2:03`` (h:mm:ss, m:ss)."""
     total = max(0, round(seconds))
     hours, rest = divmod(total, 3600)
@@ -38,7 +38,7 @@ def duration(seconds: float) -> str:
 
 def eta_text(snapshot: ProgressSnapshot) -> str:
     eta = snapshot.eta_s
-    return "ETA unknown" if eta is None else f"ETA {duration(eta)}"
+    return "ETA unknown" if eta is None else f"ETA {clock_text(eta)}"
 
 
 def done_text(snapshot: ProgressSnapshot) -> str:
@@ -115,7 +115,7 @@ class LiveProgress:
     # -- what is drawn ----------------------------------------------------------------------------------
     def line(self, snapshot: ProgressSnapshot) -> str:
         """The one-line progress summary printed off a terminal."""
-        out = f"[{duration(time.monotonic() - self._started)}] {self.spec.study}: {done_text(snapshot)}"
+        out = f"[{clock_text(time.monotonic() - self._started)}] {self.spec.study}: {done_text(snapshot)}"
         if snapshot.running:
             shown = [
                 f"#{t.number} it {iteration_text(t)}"
@@ -143,7 +143,7 @@ class LiveProgress:
                 number += f" (confirms {trial.confirmation_of})"
             table.add_row(
                 number, format_params(trial.params), str(trial.seeds), iteration_text(trial), value,
-                duration(trial.elapsed_s),
+                clock_text(trial.elapsed_s),
             )  # fmt: skip
         return table
 
@@ -159,7 +159,7 @@ class LiveProgress:
         if snapshot.running:  # the driver stopped with trials in flight (a second Ctrl-C, an error)
             parts.append(self._table(snapshot, title="trials in flight when the driver stopped"))
         self._bar.update(self._task, eta="")
-        took = duration(time.monotonic() - self._started)
+        took = clock_text(time.monotonic() - self._started)
         summary = f"{done_text(snapshot)} in {took}"
         best = self._best(snapshot)
         return Group(*parts, self._bar, summary + (f"; {best.replace(' so far', '')}" if best else ""))

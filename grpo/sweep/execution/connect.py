@@ -31,53 +31,20 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import re
 import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo.errors import UserError
+from grpo.sweep.spec.address import CLIENT_PORT, Target, parse
 
 GCS_PORT = 6379  # ray start --head --port
-CLIENT_PORT = 10001  # ray start --head --ray-client-server-port
 PROBE_TIMEOUT_S = 5.0  # one gRPC call; Ray gives a GCS connection 5 s too, but then retries it for minutes
 CLIENT_ATTEMPTS = 2  # a Ray client server sometimes fails to start its per-client server once; a retry connects
 
-_HOST = r"\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]@]+"  # a name, an IPv4 address or a bracketed IPv6 address
-_ADDRESS = re.compile(rf"^(?:(?P<client>ray)://)?(?P<host>{_HOST})(?::(?P<port>\d{{1,5}}))?$")
 _TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
 _AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where to connect: ``kind`` is ``local``, ``gcs`` (host:port) or ``client`` (ray://host:port)."""
-
-    kind: str
-    host: str = ""
-    port: int = 0
-    asked: str = ""  # what the spec or the flag said
-    found_by: str = ""  # auto only: where the address came from
-
-    @property
-    def hostport(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6
-        return f"{host}:{self.port}"
-
-    @property
-    def address(self) -> str:
-        """What ``ray.init(address=...)`` gets."""
-        if self.kind == "local":
-            return "local"
-        return f"ray://{self.hostport}" if self.kind == "client" else self.hostport
-
-    @property
-    def label(self) -> str:
-        """The address as the user gave it, and what ``auto`` resolved it to."""
-        if self.found_by:
-            return f"{self.asked} ({self.address}, from {self.found_by})"
-        return self.asked or self.address
 
 
 @dataclass
@@ -93,23 +60,6 @@ class Joined:
         auth = "token authentication" if self.auth == "token" else "no authentication"
         nodes = f"{self.nodes} node{'s' * (self.nodes != 1)}"
         return f"ray: joined {self.target.label}: {nodes}, {describe_resources(self.resources)}; {auth}"
-
-
-def parse(address: str) -> Target:
-    """``host:port`` or ``ray://host[:port]`` as a Target, the way Ray splits them; ``ValueError`` otherwise.
-
-    A GCS address needs its port (``ray.init("head")`` is "Invalid address format" in Ray); a client address
-    defaults to port 10001 as Ray's client does.
-    """
-    m = _ADDRESS.fullmatch(address.strip())
-    if m is None or (m["port"] is None and not m["client"]):
-        raise ValueError(
-            f"must be local, auto, host:port (what `ray start --head` prints) or ray://host:port (got {address!r})"
-        )
-    port = int(m["port"]) if m["port"] is not None else CLIENT_PORT
-    if not 0 < port < 65536:
-        raise ValueError(f"the port of {address} must be 1-65535")
-    return Target("client" if m["client"] else "gcs", m["host"].strip("[]"), port, asked=address)
 
 
 def resolve(address: str, where: str = "cluster.address") -> Target:

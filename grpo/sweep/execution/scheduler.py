@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo.sweep.execution.connect import connect, disconnect
+from grpo.sweep.execution.seed_result import SeedResult, StopReason
 from grpo.sweep.execution.worker import SeedJob, TrialWorker
 
 JobKey = tuple[int, int]  # (trial number, seed index)
@@ -48,7 +49,7 @@ class _Slot:
 @dataclass
 class Finished:
     key: JobKey
-    result: dict | None
+    result: SeedResult | None
     error: str | None = None  # the worker process died (killed, OOM-killed, node lost)
 
 
@@ -186,7 +187,7 @@ class RayScheduler:
                 out[key] = []
         return out
 
-    def stop(self, key: JobKey, reason: str) -> None:
+    def stop(self, key: JobKey, reason: StopReason) -> None:
         slot = self._busy.get(key)
         if slot is not None and slot.stop_sent is None:
             slot.actor.stop.remote(reason)

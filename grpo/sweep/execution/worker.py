@@ -24,14 +24,12 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from grpo._fs import pid_alive
 from grpo.config import GRPOConfig
 from grpo.sweep.backends import TrialBackend, TrialFailed
+from grpo.sweep.execution.seed_result import Event, SeedResult, SeedStatus, StopReason
 from grpo.sweep.execution.trial_storage import RunStorage, StagedRun, TrialStorageError
-
-Event = tuple[int, int, dict[str, Any]]  # (seed, iteration, metrics)
 
 
 @dataclass
@@ -60,22 +58,22 @@ class TrialWorker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._events: list[Event] = []
-        self._stop_reason: str | None = None
+        self._stop_reason: StopReason | None = None
 
     def drain(self) -> list[Event]:
         with self._lock:
             events, self._events = self._events, []
         return events
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: StopReason) -> None:
         with self._lock:
             self._stop_reason = reason
 
-    def run(self, job: SeedJob) -> dict[str, Any]:
+    def run(self, job: SeedJob) -> SeedResult:
         with self._lock:
             self._events, self._stop_reason = [], None
         started = time.process_time()
-        result: dict[str, Any] = {"status": "complete", "summary": {}, **_placement()}
+        result: SeedResult = {"status": SeedStatus.COMPLETE, "summary": {}, **_placement()}
         seed_run = job.run
         staged = StagedRun(seed_run.storage) if seed_run.storage is not None else None
         try:
@@ -89,7 +87,7 @@ class TrialWorker:
                     self._events.append((seed_run.seed, int(iteration), dict(metrics)))
                     if self._stop_reason is None and not _driver_alive(job):
                         # An orphan must not move the checkpoint past what the dead driver persisted.
-                        self._stop_reason = "driver died"
+                        self._stop_reason = StopReason.DRIVER_DIED
                     stop = self._stop_reason is not None
                 if staged is not None:
                     staged.sync()  # outside the lock: drain and stop are served while it uploads
@@ -97,15 +95,15 @@ class TrialWorker:
 
             result["summary"] = job.backend.run(cfg, run_dir, report, job.resume) or {}
             if self._stop_reason is not None:
-                result["status"] = "stopped"
+                result["status"] = SeedStatus.STOPPED
                 result["stop_reason"] = self._stop_reason
         except TrialStorageError as err:
-            result.update(status="failed", reason=str(err), last_log_lines=[])
+            _failed(result, str(err), [])
         except TrialFailed as err:
-            result.update(status="failed", reason=err.reason, last_log_lines=err.last_log_lines)
+            _failed(result, err.reason, err.last_log_lines)
         except Exception as err:  # a bug or an unexpected crash in the trial: keep the worker alive
             lines = traceback.format_exc().splitlines()[-15:]
-            result.update(status="failed", reason=f"{type(err).__name__}: {err}", last_log_lines=lines)
+            _failed(result, f"{type(err).__name__}: {err}", lines)
         if staged is not None:
             _finish(staged, result)
         result["cpu_s"] = time.process_time() - started
@@ -113,17 +111,23 @@ class TrialWorker:
         return result
 
 
-def _finish(staged: StagedRun, result: dict[str, Any]) -> None:
+def _finish(staged: StagedRun, result: SeedResult) -> None:
     """Upload what the run left (also after a failure: its log says why) and delete its scratch; a seed whose
     results could not be kept fails."""
     try:
         staged.finish()
     except Exception as err:
-        if result["status"] != "failed":
+        if result["status"] != SeedStatus.FAILED:
             reason = f"trial_storage {staged.where.study}: upload failed: {type(err).__name__}: {err}"
-            result.update(status="failed", reason=reason, last_log_lines=[])
+            _failed(result, reason, [])
     finally:
         staged.discard()
+
+
+def _failed(result: SeedResult, reason: str, last_log_lines: list[str]) -> None:
+    result["status"] = SeedStatus.FAILED
+    result["reason"] = reason
+    result["last_log_lines"] = last_log_lines
 
 
 def _driver_alive(job: SeedJob) -> bool:
@@ -132,9 +136,9 @@ def _driver_alive(job: SeedJob) -> bool:
     return job.driver_host != socket.gethostname() or pid_alive(job.driver_pid)
 
 
-def _placement() -> dict[str, Any]:
+def _placement() -> SeedResult:
     """Where this worker runs: host, Ray node id and the accelerator ids Ray assigned."""
-    info: dict[str, Any] = {"node": socket.gethostname(), "pid": os.getpid(), "devices": []}
+    info: SeedResult = {"node": socket.gethostname(), "pid": os.getpid(), "devices": []}
     try:
         import ray
 

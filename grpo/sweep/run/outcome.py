@@ -1,6 +1,6 @@
 """What a finished trial means: a pure decision from what its seed jobs returned and what the driver saw.
 
-A trial runs its seeds as parallel jobs. ``decide`` turns each seed's result (or its worker's death),
+A trial runs its seeds as parallel jobs. ``trial_outcome`` turns each seed's result (or its worker's death),
 the reason the driver asked the trial to stop (if it did) and the objective values computed from the
 streamed curves into one of four outcomes; the driver then records it in the study. Nothing here
 touches Optuna, Ray or files, so every branch is tested directly (tests/test_sweep_outcome.py).
@@ -12,9 +12,9 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from grpo.report.stats import mean_interval
+from grpo.sweep.execution.seed_result import SeedResult, SeedStatus, StopReason
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class SeedEnd:
 
     seed: int
     worker_error: str | None
-    result: dict[str, Any]
+    result: SeedResult
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,10 @@ class Interrupted:
 Outcome = Complete | Pruned | Failed | Interrupted
 
 
-def decide(
+def trial_outcome(
     *,
     seeds: Sequence[SeedEnd],
-    stop_reason: str | None,
+    stop_reason: StopReason | None,
     timeout_s: float | None,
     objectives: Sequence[str],
     seed_values: Sequence[Sequence[float | None]],
@@ -90,7 +90,7 @@ def decide(
     failed = [(s, o) for s, o in zip(seeds, ends, strict=True) if isinstance(o, Failed)]
     if failed:
         seed, first = failed[0]
-        timed_out = stop_reason == "timeout" and seed.result.get("status") != "failed"
+        timed_out = stop_reason == StopReason.TIMEOUT and seed.result.get("status") != SeedStatus.FAILED
         if timed_out or len(seeds) == 1:  # the trial's own time limit: no one seed to blame
             return first
         return Failed(f"seed {seed.seed}: {first.reason}", first.log_lines)
@@ -114,24 +114,24 @@ def decide(
 
 
 def seed_outcome(
-    end: SeedEnd, stop_reason: str | None, timeout_s: float | None, log_lines: list[str]
+    end: SeedEnd, stop_reason: StopReason | None, timeout_s: float | None, log_lines: list[str]
 ) -> Outcome | None:
     """What one seed's end says on its own: Failed, Pruned, Interrupted, or None (it ran to its end)."""
     if end.worker_error is not None:
-        if stop_reason == "timeout":
+        if stop_reason == StopReason.TIMEOUT:
             return Failed(f"timeout after {timeout_s} s (killed)", log_lines)
-        if stop_reason == "interrupted":  # a second Ctrl-C (or SIGTERM) killed it: not the trial's fault
+        if stop_reason == StopReason.INTERRUPTED:  # a second Ctrl-C (or SIGTERM) killed it: not the trial's fault
             return Interrupted(log_lines=log_lines)
         return Failed(end.worker_error, log_lines)
     result = end.result
     status = result.get("status")
-    if status == "failed":
+    if status == SeedStatus.FAILED:
         return Failed(str(result.get("reason") or "failed"), list(result.get("last_log_lines") or log_lines))
-    if status == "stopped" or stop_reason:
+    if status == SeedStatus.STOPPED or stop_reason:
         why = result.get("stop_reason") or stop_reason
-        if why == "pruned":
+        if why == StopReason.PRUNED:
             return Pruned()
-        if why == "timeout":
+        if why == StopReason.TIMEOUT:
             return Failed(f"timeout after {timeout_s} s", log_lines)
         return Interrupted(log_lines=log_lines)
     return None

@@ -39,12 +39,13 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo._fs import CHECKPOINT_DIR
 from grpo.report.best import pareto_front
 from grpo.sweep.execution.trial_storage import open_storage, run_path
 from grpo.sweep.spec.models import KeepRule
 from grpo.sweep.study.retry import is_confirmation
+from grpo.trial_attrs import RESUME_FROM, RETRIED, RETRY_OF, SEEDS, TRIAL_DIR
 
-CHECKPOINT_DIR = "ckpt"  # a seed run's actor_config.save (grpo.sweep.run.trial_builder)
 RUN_DIR = re.compile(r"^seed\d+$")  # <trial_dir>/runs/seed<k>
 ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 ACTIVE = (TrialState.RUNNING, TrialState.WAITING)
@@ -70,31 +71,32 @@ def needed_for_resume(trials: Sequence[FrozenTrial]) -> set[int]:
     A RUNNING or WAITING trial, a FAIL trial marked ``retried`` none of whose retries has ended, and, from each
     of them, the chain of folders it resumes from (``resume_from``, then that trial's own ``resume_from``...).
     """
-    by_dir = {str(t.user_attrs["trial_dir"]): t for t in trials if t.user_attrs.get("trial_dir")}
-    retries_ended = {t.user_attrs.get("retry_of") for t in trials if t.state in ENDED}
+    by_dir = {str(t.user_attrs[TRIAL_DIR]): t for t in trials if t.user_attrs.get(TRIAL_DIR)}
+    retries_ended = {t.user_attrs.get(RETRY_OF) for t in trials if t.state in ENDED}
     needed: set[int] = set()
     for t in trials:
-        pending_retry = t.state == TrialState.FAIL and t.user_attrs.get("retried") and t.number not in retries_ended
+        pending_retry = t.state == TrialState.FAIL and t.user_attrs.get(RETRIED) and t.number not in retries_ended
         if t.state not in ACTIVE and not pending_retry:
             continue
         needed.add(t.number)
-        source = t.user_attrs.get("resume_from")
+        source = t.user_attrs.get(RESUME_FROM)
         while source:
             parent = by_dir.get(str(source))
             if parent is None or parent.number in needed:
                 break
             needed.add(parent.number)
-            source = parent.user_attrs.get("resume_from")
+            source = parent.user_attrs.get(RESUME_FROM)
     return needed
 
 
-def removable(study: optuna.Study, rule: KeepRule) -> list[FrozenTrial]:
-    """The ended trials with a folder whose checkpoints neither ``rule`` nor a resume keeps, by number."""
+def removable(study: optuna.Study, rule: KeepRule, trials: Sequence[FrozenTrial] | None = None) -> list[FrozenTrial]:
+    """The ended trials with a folder whose checkpoints neither ``rule`` nor a resume keeps, by number
+    (``trials``: the study's trials as read already)."""
     if rule == "all":
         return []
-    trials = study.get_trials(deepcopy=False)
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
     keep = kept_by_rule(study, trials, rule) | needed_for_resume(trials)
-    return [t for t in trials if t.state in ENDED and t.user_attrs.get("trial_dir") and t.number not in keep]
+    return [t for t in trials if t.state in ENDED and t.user_attrs.get(TRIAL_DIR) and t.number not in keep]
 
 
 def run_dirs(trial_dir: Path) -> list[Path]:
@@ -153,16 +155,16 @@ class Retention:
 
     def own_dir(self, trial: FrozenTrial) -> Path | None:
         """The trial's folder when it is the one the sweep made for it under this study, else None."""
-        recorded = trial.user_attrs.get("trial_dir")
+        recorded = trial.user_attrs.get(TRIAL_DIR)
         if not recorded:
             return None
         expected = (self.study_dir / "trials" / str(trial.number)).resolve()
         return expected if Path(str(recorded)).resolve() == expected else None
 
-    def apply(self, study: optuna.Study) -> tuple[list[int], list[str]]:
+    def apply(self, study: optuna.Study, trials: Sequence[FrozenTrial] | None = None) -> tuple[list[int], list[str]]:
         """Remove what the rule lets go now: (trials whose checkpoints were removed, warnings)."""
         removed, warnings = [], []
-        for trial in removable(study, self.rule):
+        for trial in removable(study, self.rule, trials):
             if trial.number in self.done:
                 continue
             self.done.add(trial.number)  # once per driver: a removal that failed is not retried at every trial end
@@ -171,7 +173,7 @@ class Retention:
                 continue
             if self.stored:
                 count, problems = remove_stored_checkpoints(
-                    self.stored, trial.number, len(trial.user_attrs.get("seeds") or [0])
+                    self.stored, trial.number, len(trial.user_attrs.get(SEEDS) or [0])
                 )
             else:
                 count, problems = remove_checkpoints(run_dirs(folder))

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from grpo._fs import checkpoint_iteration, read_jsonl
+from grpo._fs import RESUME_KEYS, checkpoint_iteration, read_jsonl
 from grpo.config import GRPOConfig, load_config
 from grpo.errors import UserError
 from grpo.sweep.backends import RayOptions, TrialBackend
@@ -29,7 +29,7 @@ from grpo.sweep.spec.space import SearchSpace
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
 # Config paths a Ray worker must see as absolute (it may run in another cwd or on another node).
 PATH_KEYS = ("megatron_training.data_path", "megatron_training.tokenizer_name_or_path", "actor_config.load")
-RESUME_KEYS = ("actor_config.finetune=false", "actor_config.no_load_optim=false", "actor_config.no_load_rng=false")
+RESUME_OVERRIDES = tuple(f"{key}=false" for key in RESUME_KEYS)  # a run resuming from its own checkpoint
 
 
 @dataclass
@@ -136,12 +136,12 @@ class TrialBuilder:
                 if open_storage(stored.study).iteration(old_run) is not None:
                     # actor_config.load stays the config's own (a backend may check it names weights here): the
                     # worker points it at the checkpoint it downloads into scratch.
-                    extra += list(RESUME_KEYS)
+                    extra += list(RESUME_OVERRIDES)
                     stored, resume = replace(stored, resume=old_run), True
             elif resume_from:
                 old_ckpt = (Path(resume_from) / "runs" / f"seed{k}" / "ckpt").resolve()
                 if checkpoint_iteration(old_ckpt) is not None:
-                    extra += [f"actor_config.load={old_ckpt}", *RESUME_KEYS]
+                    extra += [f"actor_config.load={old_ckpt}", *RESUME_OVERRIDES]
                     resume = True
             cfg = load_config(spec.base, [*spec.overrides, *param_overrides, *extra])
             run = SeedRun(seed=seed, cfg=cfg, run_dir=str(run_dir), storage=stored)

@@ -23,6 +23,7 @@ from grpo._yaml import encoding_of as _encoding_of
 from grpo._yaml import read_yaml as _read_yaml
 from grpo.config import config_names, config_search_path, find_config, load_config, shipped_sweep, shipped_sweep_names
 from grpo.errors import UserError, did_you_mean, dotted, validation_lines
+from grpo.errors import display_path as _display
 from grpo.sweep.spec.models import SearchEntry, SweepSpec
 from grpo.sweep.spec.samplers import check_sampler_and_pruner
 from grpo.sweep.spec.space import GROUP_KEYS, SearchSpace, check_key, distribution_ends, format_value, parse_overrides
@@ -287,7 +288,7 @@ def _content_problems(
         if problem:
             problems.append(problem)
     if "trial_storage" not in skip and isinstance(data.get("trial_storage"), str):
-        from grpo.sweep.execution.trial_storage import location_problem  # pyarrow: imported only when the key is set
+        from grpo.sweep.spec.locations import location_problem  # pyarrow: imported only when the key is set
 
         problem = location_problem(data["trial_storage"])
         if problem:
@@ -303,14 +304,6 @@ def _content_problems(
         except UserError as err:
             problems += err.problems
     return problems, base, space
-
-
-def _display(path: Path) -> str:
-    """A path as config messages show it: relative to the working directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _base_file_problems(base: str) -> list[str]:

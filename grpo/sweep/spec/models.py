@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from grpo.sweep.execution.connect import parse as parse_address
+from grpo.sweep.spec.address import parse as parse_address
 from grpo.sweep.spec.objectives import DEFAULT_K, CurveReducer, get_reducer
 
 STUDY_NAME = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -34,7 +34,7 @@ from typing import Any
 
 import optuna
 
-from grpo.errors import UserError, did_you_mean
+from grpo.errors import UserError, did_you_mean, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import MAX_GRID_POINTS, SearchSpace
 
@@ -231,9 +231,8 @@ def probe_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> list[str]:
     def values() -> float | list[float]:
         return [rng.random() for _ in spec.objectives] if multi else rng.random()
 
-    def first_line(err: Exception) -> str:
-        text = str(err).strip().splitlines()
-        return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+    def one_line(err: Exception) -> str:
+        return first_line(err, 200, typed=True)
 
     level = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -253,17 +252,17 @@ def probe_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> list[str]:
                 trial = study.ask()
                 space.suggest(trial)
             except Exception as err:  # whatever the sampler raises is the options' fault
-                return [f"{src}: sampler.options: {spec.sampler.name} fails when asked for a point ({first_line(err)})"]
+                return [f"{src}: sampler.options: {spec.sampler.name} fails when asked for a point ({one_line(err)})"]
             try:
                 for step in range(PROBE_STEPS if not multi else 0):
                     trial.report(rng.random(), step)
                     trial.should_prune()
             except Exception as err:
-                return [f"{src}: pruner: {spec.pruner.name} fails when asked to prune ({first_line(err)})"]
+                return [f"{src}: pruner: {spec.pruner.name} fails when asked to prune ({one_line(err)})"]
             try:
                 study.tell(trial, values())
             except Exception as err:
-                return [f"{src}: sampler.options: {spec.sampler.name} fails after a trial ({first_line(err)})"]
+                return [f"{src}: sampler.options: {spec.sampler.name} fails after a trial ({one_line(err)})"]
     finally:
         optuna.logging.set_verbosity(level)
     return []
@@ -345,7 +344,7 @@ def option_warnings(spec: SweepSpec) -> list[str]:
             except Exception:  # refused options are reported by the checks above
                 continue
         for warning in caught:
-            text = str(warning.message).strip().splitlines()[0] if str(warning.message).strip() else ""
+            text = first_line(str(warning.message))
             named = [o for o in options if f"`{o}`" in text or f"'{o}'" in text or text.startswith(f"{o} ")]
             where = f"{section}.options.{named[0]}" if named else f"{section}.options"
             line = f"{spec.source}: {where}: {text}"

@@ -13,7 +13,7 @@ from typing import Any
 PACKAGES = ("torch", "optuna", "ray", "hydra-core", "pydantic", "plotly", "pandas")
 
 
-def environment() -> dict[str, Any]:
+def collect_environment() -> dict[str, Any]:
     """``{"python", "packages": {name: version or None}, "commit": sha or None, "platform"}``."""
     return {
         "python": platform.python_version(),

@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from grpo._fs import pid_alive
 from grpo.sweep.study.retry import fail_and_maybe_retry
 from grpo.sweep.study.store import StudyStore
+from grpo.trial_attrs import DRIVER, HEARTBEAT
 
 HEARTBEAT_EVERY_S = 10.0
 STALE_AFTER_S = 60.0
@@ -41,12 +42,12 @@ def new_driver_identity() -> DriverIdentity:
 
 def is_dead(trial: FrozenTrial, now: float, me: DriverIdentity, stale_after: float = STALE_AFTER_S) -> str | None:
     """Why a RUNNING trial has no live driver, or None when it still has one."""
-    owner = trial.user_attrs.get("driver")
+    owner = trial.user_attrs.get(DRIVER)
     if owner and owner.get("id") == me["id"]:
         return None
     if owner and owner.get("host") == me["host"] and not pid_alive(int(owner.get("pid", -1))):
         return f"driver process {owner.get('pid')} on {owner.get('host')} is gone"
-    beat = trial.user_attrs.get("heartbeat")
+    beat = trial.user_attrs.get(HEARTBEAT)
     if beat is None and trial.datetime_start is not None:
         beat = trial.datetime_start.timestamp()
     if beat is not None and now - float(beat) > stale_after:

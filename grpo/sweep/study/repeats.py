@@ -14,7 +14,7 @@ Told the earlier trial's result, the sampler learns the point is known, the way 
 - earlier still running, or failed: FAIL (nothing to copy yet; with ``concurrency > 1`` TPE's constant
   liar already steers away from running points).
 
-The repeat carries ``repeat_of`` (``grpo.report.best.REPEAT_OF``): it uses none of the budget, and the
+The repeat carries ``repeat_of`` (``grpo.trial_attrs.REPEAT_OF``): it uses none of the budget, and the
 report, ``status`` and ``best`` leave it out. benchmarks/search_efficiency.py calls ``answer_repeat``
 itself, so the replay measures this very rule.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from grpo.report.best import REPEAT_OF
+from grpo.trial_attrs import FAILURE_REASON, REPEAT_OF
 
 
 def answer_repeat(study: optuna.Study, trial: optuna.Trial, earlier: FrozenTrial) -> TrialState:
@@ -38,6 +38,6 @@ def answer_repeat(study: optuna.Study, trial: optuna.Trial, earlier: FrozenTrial
         trial.report(earlier.intermediate_values[step], step=step)
         study.tell(trial, state=TrialState.PRUNED)
         return TrialState.PRUNED
-    trial.set_user_attr("failure_reason", f"not run: the same parameters as trial {earlier.number}")
+    trial.set_user_attr(FAILURE_REASON, f"not run: the same parameters as trial {earlier.number}")
     study.tell(trial, state=TrialState.FAIL)
     return TrialState.FAIL

@@ -9,8 +9,19 @@ from optuna.trial import FrozenTrial, TrialState
 
 from grpo.report.best import is_repeat
 from grpo.sweep.study.store import StudyStore
-
-CONFIRMATION_OF = "confirmation_of"  # trial attr: the search trial a confirmation trial reruns
+from grpo.trial_attrs import (
+    ATTEMPT,
+    CONFIRMATION_OF,
+    FAILURE_REASON,
+    GAVE_UP,
+    INFEASIBLE,
+    LAST_LOG_LINES,
+    RESUME_FROM,
+    RETRIED,
+    RETRY_OF,
+    SEEDS,
+    TRIAL_DIR,
+)
 
 
 def fail_and_maybe_retry(
@@ -31,24 +42,24 @@ def fail_and_maybe_retry(
     no checkpoint and its retry resumes from where the trial itself would have (its ``resume_from``).
     Returns True when a retry was enqueued.
     """
-    attempt = int(trial.user_attrs.get("attempt", 1))
+    attempt = int(trial.user_attrs.get(ATTEMPT, 1))
     next_attempt = attempt + 1 if count_attempt else attempt
     retry = next_attempt <= retries + 1
-    attrs: dict[str, Any] = {"failure_reason": reason, "retried": retry, "gave_up": not retry}
+    attrs: dict[str, Any] = {FAILURE_REASON: reason, RETRIED: retry, GAVE_UP: not retry}
     if last_log_lines is not None:
-        attrs["last_log_lines"] = list(last_log_lines)[-20:]
+        attrs[LAST_LOG_LINES] = list(last_log_lines)[-20:]
     store.fail(trial, attrs)
     if retry:
-        retry_attrs: dict[str, Any] = {"retry_of": trial.number, "attempt": next_attempt}
+        retry_attrs: dict[str, Any] = {RETRY_OF: trial.number, ATTEMPT: next_attempt}
         if resumable and not launched:
-            if trial.user_attrs.get("resume_from"):
-                retry_attrs["resume_from"] = trial.user_attrs["resume_from"]
-        elif resumable and trial.user_attrs.get("trial_dir"):
-            retry_attrs["resume_from"] = trial.user_attrs["trial_dir"]
+            if trial.user_attrs.get(RESUME_FROM):
+                retry_attrs[RESUME_FROM] = trial.user_attrs[RESUME_FROM]
+        elif resumable and trial.user_attrs.get(TRIAL_DIR):
+            retry_attrs[RESUME_FROM] = trial.user_attrs[TRIAL_DIR]
         if is_confirmation(trial):  # the retry stays a confirmation trial: same seeds, no budget
             retry_attrs[CONFIRMATION_OF] = trial.user_attrs[CONFIRMATION_OF]
-            if trial.user_attrs.get("seeds"):
-                retry_attrs["seeds"] = list(trial.user_attrs["seeds"])
+            if trial.user_attrs.get(SEEDS):
+                retry_attrs[SEEDS] = list(trial.user_attrs[SEEDS])
         store.enqueue_retry(trial, retry_attrs)
     return retry
 
@@ -65,12 +76,12 @@ def counts_toward_budget(trial: FrozenTrial) -> bool:
     failures that were retried (their retry counts instead), nor confirmation trials (the stage runs
     after the budget is spent), nor repeated proposals told an earlier trial's result (``is_repeat``).
     """
-    if trial.user_attrs.get("infeasible") or is_confirmation(trial) or is_repeat(trial):
+    if trial.user_attrs.get(INFEASIBLE) or is_confirmation(trial) or is_repeat(trial):
         return False
     if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
     if trial.state == TrialState.FAIL:
-        return bool(trial.user_attrs.get("gave_up"))
+        return bool(trial.user_attrs.get(GAVE_UP))
     return False
 
 
@@ -78,6 +89,6 @@ def holds_budget(trial: FrozenTrial) -> bool:
     """Counts toward the budget, or is a running search trial (not an infeasible point being told)."""
     if counts_toward_budget(trial):
         return True
-    if trial.user_attrs.get("infeasible") or is_confirmation(trial) or is_repeat(trial):
+    if trial.user_attrs.get(INFEASIBLE) or is_confirmation(trial) or is_repeat(trial):
         return False
     return trial.state == TrialState.RUNNING

@@ -3,10 +3,11 @@ adapter through which the sweep writes trial state that Optuna's ``Trial`` handl
 
 Optuna's public API covers the trials a driver asked itself (``Trial.set_user_attr``, ``study.tell``).
 A sweep also writes to trials it holds only as ``FrozenTrial`` (a dead driver's trial it reaps, its own
-trial after the worker finished, a heartbeat): that needs the storage and the trial id, which Optuna
-keeps private (``study._storage``, ``FrozenTrial._trial_id``). ``StudyStore`` is the only place that
-touches them (and a journal's append, to write a trial's attrs as one batch: ``set_attrs``); everything
-else it does uses public API (``study.tell`` by number, ``study.enqueue_trial`` for retries). Retries
+trial after the worker finished, a heartbeat): that goes through the study's storage (``BaseStorage``'s
+public methods, the trial id found with its public lookups). Getting that storage, and writing a trial's
+attrs to a journal as one append (``set_attrs``), use Optuna internals: they are all in
+grpo._optuna_private, behind a version guard. Everything else uses public API (``study.tell`` by number,
+``study.enqueue_trial`` for retries). Retries
 carry Optuna's own lineage attrs (``failed_trial``, ``retry_history``, as its
 ``RetryHeartbeatStaleTrialCallback`` writes them), so ``retried_trial_number`` and optuna-dashboard
 see which trial a retry repeats.
@@ -25,23 +26,20 @@ from typing import Any
 
 import optuna
 from optuna.distributions import distribution_to_json
-from optuna.exceptions import UpdateFinishedTrialError
-from optuna.storages import BaseStorage, JournalStorage
+from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
-from optuna.storages.journal._storage import JournalOperation
 from optuna.trial import FrozenTrial, TrialState
 
-from grpo.errors import UserError
+from grpo._optuna_private import append_user_attrs, batch_supported, refresh_cached_attrs, storage_of
+from grpo.errors import UserError, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import parse_expression
-from grpo.sweep.study.environment import environment
+from grpo.sweep.study.environment import collect_environment
+from grpo.trial_attrs import HEARTBEAT, OPTUNA_FAILED_TRIAL, OPTUNA_RETRY_HISTORY, RETRY_OF
 
-# Optuna's own system attrs for a retried trial (optuna.storages.RetryHeartbeatStaleTrialCallback).
 # A journal lock held this long without the journal changing belongs to a dead driver (a write holds it
 # for milliseconds): it is released. Optuna's default is 30 s.
 JOURNAL_LOCK_GRACE_S = 15
-RETRY_OF = "failed_trial"
-RETRY_HISTORY = "retry_history"
 
 
 def make_storage(spec: SweepSpec, **rdb_kwargs: Any) -> BaseStorage:
@@ -85,7 +83,7 @@ def _driver_hint(url: str) -> str:
 
 def _reason(err: BaseException, spec: SweepSpec) -> str:
     """The first line of what went wrong, with the URL's password masked wherever it appears."""
-    reason = _first_line(err).replace(spec.storage_url(), spec.storage_label())
+    reason = first_line(err.__cause__ or err.__context__ or err, 200).replace(spec.storage_url(), spec.storage_label())
     secret = _password(spec.storage_url())
     return reason.replace(secret, "***") if secret else reason
 
@@ -194,12 +192,6 @@ def _is_storage_error(err: Exception) -> bool:
     return any(k.__module__.startswith(("sqlalchemy", "optuna.exceptions", "psycopg")) for k in kinds) or isinstance(
         err, (optuna.exceptions.StorageInternalError, ValueError)
     )
-
-
-def _first_line(err: BaseException) -> str:
-    cause = err.__cause__ or err.__context__ or err
-    text = str(cause).strip().splitlines()
-    return text[0][:200] if text else type(cause).__name__
 
 
 def fingerprint(spec: SweepSpec) -> str:
@@ -329,28 +321,11 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
         "study_dir": str(spec.study_dir),
         "fingerprint": fingerprint(spec),
         "backend": spec.backend,
-        "environment": environment(),
+        "environment": collect_environment(),
     }
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     return study, False
-
-
-def _sync_own_records(storage: JournalStorage, count: int) -> None:
-    """Apply the ``count`` records just appended. On a finished trial each of them raises when the replay
-    reaches it (this driver issued it), one per sync; the rest of the batch would then raise in later,
-    unrelated reads. So: sync until all are applied, then raise the first refusal, as a single write would."""
-    refused: UpdateFinishedTrialError | None = None
-    for _ in range(count):
-        try:
-            storage._sync_with_backend()
-            break
-        except UpdateFinishedTrialError as err:
-            refused = refused or err
-    else:
-        storage._sync_with_backend()
-    if refused is not None:
-        raise refused
 
 
 class StudyStore:
@@ -358,44 +333,40 @@ class StudyStore:
 
     def __init__(self, study: optuna.Study):
         self.study = study
+        self._storage = storage_of(study)
+        self._study_id: int | None = None
+        self._ids: dict[int, int] = {}  # trial number -> storage id (ids never change)
 
-    @property
-    def _storage(self) -> BaseStorage:
-        return self.study._storage  # Optuna keeps the storage private; this adapter is its one user
-
-    @staticmethod
-    def _id(trial: FrozenTrial | optuna.Trial) -> int:
-        return trial._trial_id  # private on both classes: see the module docstring
+    def _id(self, trial: FrozenTrial | optuna.Trial) -> int:
+        """The trial's storage id, by Optuna's public lookups (once per trial)."""
+        found = self._ids.get(trial.number)
+        if found is None:
+            if self._study_id is None:
+                self._study_id = self._storage.get_study_id_from_name(self.study.study_name)
+            found = self._storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
+            self._ids[trial.number] = found
+        return found
 
     def set_attrs(self, trial: FrozenTrial | optuna.Trial, attrs: dict[str, Any]) -> None:
         """User attrs on a trial, written together: on a journal, one append (one lock, one fsync) for all of
         them instead of one each; on other storages, one write each. An ``optuna.Trial`` sees them at once."""
-        trial_id = self._id(trial)
         storage = self._storage
-        if isinstance(storage, JournalStorage) and len(attrs) > 1:
-            # The records JournalStorage.set_trial_user_attr appends (optuna/storages/journal/_storage.py,
-            # 5.1: one SET_TRIAL_USER_ATTR record per key, then a sync that applies them), in one
-            # append_logs call, which takes a list of records (journal/_file.py): the replay is unchanged.
-            with storage._thread_lock:
-                worker = storage._replay_result.worker_id
-                records = [
-                    {"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "worker_id": worker, "trial_id": trial_id,
-                     "user_attr": {key: value}}
-                    for key, value in attrs.items()
-                ]  # fmt: skip
-                storage._backend.append_logs(records)
-                _sync_own_records(storage, len(records))
+        if len(attrs) > 1 and batch_supported(storage):
+            append_user_attrs(storage, self._id(trial), attrs)  # type: ignore[arg-type]  # a JournalStorage
+            if isinstance(trial, optuna.Trial):
+                refresh_cached_attrs(trial, attrs)
+        elif isinstance(trial, optuna.Trial):
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
         else:
             for key, value in attrs.items():
-                storage.set_trial_user_attr(trial_id, key, value)
-        if isinstance(trial, optuna.Trial):  # what Trial.set_user_attr does after its write
-            trial._cached_frozen_trial.user_attrs.update(attrs)
+                storage.set_trial_user_attr(self._id(trial), key, value)
 
     def beat(self, trials: list[optuna.Trial], now: float) -> None:
         """Refresh the ``heartbeat`` attr of running trials; one that just ended (a race) is skipped."""
         for trial in trials:
             try:
-                self._storage.set_trial_user_attr(self._id(trial), "heartbeat", now)
+                self._storage.set_trial_user_attr(self._id(trial), HEARTBEAT, now)
             except RuntimeError:  # Optuna refuses writes to a finished trial (another driver's reaper)
                 pass
 
@@ -424,10 +395,10 @@ class StudyStore:
         """On an asked retry: Optuna's ``failed_trial`` / ``retry_history`` system attrs, as its own
         ``RetryHeartbeatStaleTrialCallback`` writes them (what ``retried_trial_number`` and
         optuna-dashboard read)."""
-        failed_number = trial.user_attrs.get("retry_of")
+        failed_number = trial.user_attrs.get(RETRY_OF)
         if failed_number is None:
             return
         failed = next(t for t in self.study.get_trials(deepcopy=False) if t.number == failed_number)
-        history = [*failed.system_attrs.get(RETRY_HISTORY, []), failed.number]
-        self._storage.set_trial_system_attr(self._id(trial), RETRY_OF, history[0])
-        self._storage.set_trial_system_attr(self._id(trial), RETRY_HISTORY, history)
+        history = [*failed.system_attrs.get(OPTUNA_RETRY_HISTORY, []), failed.number]
+        self._storage.set_trial_system_attr(self._id(trial), OPTUNA_FAILED_TRIAL, history[0])
+        self._storage.set_trial_system_attr(self._id(trial), OPTUNA_RETRY_HISTORY, history)
