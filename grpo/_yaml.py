@@ -52,6 +52,26 @@ class FastGuardedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type:
     construct_mapping = GuardedLoader.construct_mapping
 
 
+MAX_DEPTH = 100  # a spec or config is a few levels deep
+
+
+def nesting_depth(data: Any) -> int:
+    """How deeply ``data`` nests, counted without recursion: whether PyYAML hit the recursion limit while
+    loading depends on the interpreter's limit (libraries raise it), so the bound is checked here too."""
+    deepest, stack, seen = 0, [(data, 1)], set()
+    while stack:
+        value, depth = stack.pop()
+        if not isinstance(value, (dict, list)) or id(value) in seen:
+            continue  # a shared (aliased) object is walked once
+        seen.add(id(value))
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def expanded_size(data: Any) -> int:
     """How many values ``data`` holds once YAML aliases are expanded (each shared object counted once per
     use, computed once per object: an alias bomb is counted in linear time, never expanded)."""
@@ -130,6 +150,8 @@ def parse_yaml_text(text: str, source: str, kind: str = "spec", fast: bool = Fal
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(err, "problem", None) or first_line(err)
         raise UserError(f"{where}: YAML syntax error: {problem}") from None
+    if nesting_depth(data) > MAX_DEPTH:
+        raise UserError(f"{source}: {too_deep(kind)}")
     try:
         size = expanded_size(data)
     except RecursionError:

@@ -56,6 +56,19 @@ def test_the_guard_refuses_in_one_line_naming_the_file(tmp_path, content, expect
     assert message.startswith("c.yaml") and expect in message, message
 
 
+def test_deep_nesting_is_refused_whatever_the_recursion_limit(tmp_path):
+    # Libraries (sympy, torch) raise the recursion limit; PyYAML then loads 3000 levels without a RecursionError,
+    # which once made this guard depend on which tests ran before it.
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)
+    try:
+        path = tmp_path / "c.yaml"
+        path.write_text(TINY + "x:\n  " + "- " * 3000 + "a\n")
+        assert "YAML nested too deeply" in one_line(read_yaml, path, "c.yaml", kind="config")
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def test_the_guard_says_a_folder_is_a_folder(tmp_path):
     assert one_line(read_yaml, tmp_path, "somewhere", kind="config") == "somewhere: is a folder, not a config file"
     assert one_line(read_yaml, tmp_path / "nope.yaml", "nope.yaml") == "nope.yaml: no such spec file"
