@@ -98,6 +98,17 @@ def test_the_engines_loss_aggregation_switch_is_refused_for_mindspeed(tmp_path):
     problems = backend.check(config("engine.loss_agg_mode=seq-mean-token-mean"))
     assert any(": engine.loss_agg_mode: seq-mean-token-mean is the embedded engine's" in p for p in problems)
 
+def test_dynamic_sampling_and_kl_in_reward_are_refused_where_mindspeed_rl_ignores_them(tmp_path):
+    """RayGRPOTrainer (grpo_trainer_hybrid.py, run by cli/train_grpo.py) has no dynamic sampling: only
+    RayDAPOTrainer (dapo_trainer_hybrid.py) reads filter_groups_*; use_kl_in_reward is read by RayPPOTrainer
+    (ppo_trainer_hybrid.py) alone. A trial with either would silently train plain GRPO."""
+    backend = MindSpeedBackend(settings_for(make_weights(tmp_path / "w")))
+    assert not any("filter_groups_enable" in p or "use_kl_in_reward" in p for p in backend.check(config()))
+    problems = backend.check(config("+rl_config.filter_groups_enable=true", "+rl_config.use_kl_in_reward=true"))
+    assert any(": rl_config.filter_groups_enable: MindSpeed-RL's GRPO loss" in p for p in problems), problems
+    assert any(": rl_config.use_kl_in_reward: MindSpeed-RL applies it in its PPO trainer only" in p for p in problems)
+
+
 def test_a_megatron_key_is_read_as_mindspeeds_merge_reads_it():
     """cli/train_grpo.py parse_training_config: MegatronConfig({**megatron_training, **actor_config}, model)."""
     cfg = config("+megatron_training.reset_attention_mask=true", "+actor_config.reset_attention_mask=false")

@@ -569,6 +569,8 @@ class MindSpeedBackend(TrialBackend):
             for key, used in (
                 ("clip_higher_enable", bool(getattr(rl, "clip_higher_enable", None))),
                 ("token_level_loss", getattr(rl, "token_level_loss", None) is False),
+                # Dynamic sampling lives in RayDAPOTrainer only (dapo_trainer_hybrid.py); RayGRPOTrainer has none.
+                ("filter_groups_enable", bool(getattr(rl, "filter_groups_enable", None))),
             ):
                 if used:
                     problems.append(
@@ -576,6 +578,11 @@ class MindSpeedBackend(TrialBackend):
                         f"DAPO trainer (cli/train_dapo.py, stage ray_dapo) applies it, so remove it or use backend: "
                         f"embedded"
                     )
+        if getattr(rl, "use_kl_in_reward", None):  # read by ppo_trainer_hybrid.py only, neither GRPO nor DAPO
+            problems.append(
+                f"{src}: rl_config.use_kl_in_reward: MindSpeed-RL applies it in its PPO trainer only (its GRPO and "
+                f"DAPO trainers ignore it), so remove it or use backend: embedded"
+            )
         return problems
 
     def node_problems(self, cfg: GRPOConfig) -> list[str]:
