@@ -22,6 +22,8 @@ from typing import Any
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 # A seed run's checkpoint folder (its actor_config.save): runs/seed<k>/ckpt.
 CHECKPOINT_DIR = "ckpt"
+# A few held-out prompts and responses per evaluation, for people to read: the engine writes, the report reads.
+SAMPLES_FILE = "samples.jsonl"
 # The actor_config switches a run resuming from its own checkpoint sets to false (a retry, a reproduction).
 RESUME_KEYS = ("actor_config.finetune", "actor_config.no_load_optim", "actor_config.no_load_rng")
 

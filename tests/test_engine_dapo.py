@@ -265,7 +265,7 @@ def test_dynamic_sampling_stops_as_mindspeed_when_too_few_groups_are_kept(cache_
     r = Run(cfg, tmp_path)
     draws = []
 
-    def draw(timing):
+    def draw(state, timing):
         draws.append(1)
         n = 4
         batch = generate(
@@ -276,14 +276,14 @@ def test_dynamic_sampling_stops_as_mindspeed_when_too_few_groups_are_kept(cache_
         verifiers = {"acc": acc, "strict_format": acc}
         return dapo.Scored(batch, [""] * 16, ["1"] * 16, torch.tensor(acc), verifiers, [0] * 16)
 
-    r._draw = draw
+    r.drawer.draw = draw
     with pytest.raises(UserError, match="filter_groups_max_batches: 1 generation batches kept 1 groups"):
         r.iteration()
     assert len(draws) == 1
     # no limit (<= 0): generation goes on until enough groups are kept; the surplus is dropped
-    r.variants = dataclasses.replace(r.variants, filter_max_batches=0)
+    r.drawer.v = dataclasses.replace(r.drawer.v, filter_max_batches=0)
     draws.clear()
-    scored, metrics, _ = r._dynamic_sampling({"timing/rollout": 0.0, "timing/reward": 0.0})
+    scored, metrics, _ = r.drawer.dynamic_sampling(r.state, {"timing/rollout": 0.0, "timing/reward": 0.0})
     assert len(draws) == 4 and metrics["train/num_gen_batches"] == 4.0
     assert scored.batch.groups.tolist() == [g for g in range(4) for _ in range(4)]
     assert metrics["dynamic_sampling/kept_fraction"] == 4 / 16

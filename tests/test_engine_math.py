@@ -16,7 +16,7 @@ from grpo.engine.loss import (
     micro_batch_weight,
 )
 from grpo.engine.rollout import filter_logits
-from grpo.engine.trainer import lr_at
+from grpo.engine.update import lr_at
 
 
 def test_group_norm_advantages_by_hand():
@@ -239,7 +239,7 @@ def mindspeed_mini_batch(micro: int, seed: int = 0):
 
 
 def ours_mini_batch(micro: int, agg: str, seed: int = 0):
-    """The engine's accumulation (trainer.Run._update): grpo_loss per consecutive micro batch, times
+    """The engine's accumulation (update.update): grpo_loss per consecutive micro batch, times
     micro_batch_weight, backward; stats averaged over micro batches."""
     logp, old, ref, entropy, adv, mask = ragged_batch(seed)
     chunks = list(torch.arange(len(LENGTHS)).split(micro))

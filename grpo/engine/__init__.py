@@ -6,8 +6,9 @@
 
 Read top to bottom: model.py (the network), tokenizer.py, hf_checkpoint.py (HF folders), data.py (task and
 datasets), rewards/ (verifiers), rollout.py (sampling), loss.py (GRPO math), warm_start.py,
-checkpoint.py, metrics.py, check.py (what the engine refuses), trainer.py (the loop), cli.py (the
-`grpo-train` Hydra app). See docs/engine.md.
+checkpoint.py, metrics.py, check.py (what the engine refuses), build.py, draw.py and update.py (a run's
+setup, rollout and update phases), trainer.py (the loop), cli.py (the `grpo-train` Hydra app). See
+docs/engine.md.
 ``train`` and ``TrainingDiverged`` are imported lazily, so ``check_config`` and ``grpo-train``'s checks
 answer without torch.
 """

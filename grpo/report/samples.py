@@ -19,9 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo._fs import read_jsonl
+from grpo._fs import SAMPLES_FILE, read_jsonl
 
-SAMPLES_FILE = "samples.jsonl"
 PER_KIND = 3
 KINDS = ("greedy", "sampled")
 
