@@ -121,7 +121,7 @@ def test_use_swanlab_without_swanlab_installed_is_one_line(monkeypatch, tmp_path
 def test_a_sweep_names_each_seed_run_groups_the_study_and_passes_it_to_mindspeed(tmp_path, monkeypatch):
     from grpo.config.render import mindspeed_dict
     from grpo.sweep.backends import load_backend
-    from grpo.sweep.backends.mindspeed.backend import tracking_env
+    from grpo.sweep.backends.mindspeed._render import tracking_env
     from grpo.sweep.spec.load import load_spec
     from grpo.sweep.spec.space import SearchSpace
     from grpo.sweep.run.trial_builder import TrialBuilder

@@ -15,7 +15,9 @@ import yaml
 from mindspeed_helpers import KEYS, STANDIN, Recorder, config, gone, make_weights, settings_for, standin_pid
 
 from grpo.sweep.backends import TrialFailed, backend_class, load_backend
-from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend, launch_env, render_trial_config
+from grpo.sweep.backends.mindspeed._launch import launch_env
+from grpo.sweep.backends.mindspeed._render import render_trial_config
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
 from grpo.sweep.spec.models import MindSpeedSpec, SweepSpec
 
 
@@ -247,7 +249,7 @@ def test_stall_fails_the_trial_and_kills_it_with_standin_mindspeed(tmp_path, wei
 
 def test_a_bad_key_fails_like_mindspeed_with_standin_mindspeed(tmp_path, weights, monkeypatch):
     """The stand-in refuses unknown keys as MindSpeed-RL's config classes do."""
-    from grpo.sweep.backends.mindspeed import backend as mindspeed
+    from grpo.sweep.backends.mindspeed import _render as mindspeed
 
     real = mindspeed.mindspeed_dict
 

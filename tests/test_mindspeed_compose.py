@@ -17,7 +17,8 @@ import shutil
 import pytest
 from mindspeed_helpers import STANDIN, Recorder, composed_args, config, make_weights, settings_for
 
-from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend, render_trial_config
+from grpo.sweep.backends.mindspeed._render import render_trial_config
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
 
 
 @pytest.fixture

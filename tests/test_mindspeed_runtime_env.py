@@ -16,13 +16,9 @@ from mindspeed_helpers import STANDIN, Recorder, config, make_weights, settings_
 
 from grpo.config import load_config
 from grpo.plan import estimate
-from grpo.sweep.backends.mindspeed.backend import (
-    HCCL_PORT_STRIDE,
-    MindSpeedBackend,
-    lease_port_block,
-    render_trial_config,
-    trial_ports,
-)
+from grpo.sweep.backends.mindspeed._ports import HCCL_PORT_STRIDE, lease_port_block, trial_ports
+from grpo.sweep.backends.mindspeed._render import render_trial_config
+from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
 
 # MindSpeed-RL's configs/envs/runtime_env.yaml (05a90d7), the port settings of it.
 MINDSPEED_PORTS = {"HCCL_IF_BASE_PORT": "12345", "LCAL_COMM_ID": "127.0.0.1:27001"}

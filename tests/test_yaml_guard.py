@@ -122,7 +122,7 @@ def test_the_report_reads_a_recorded_config_through_the_guard(tmp_path):
 
 
 def test_mindspeeds_runtime_env_goes_through_the_guard(tmp_path):
-    from grpo.sweep.backends.mindspeed.backend import runtime_env_for
+    from grpo.sweep.backends.mindspeed._render import runtime_env_for
     from grpo.sweep.spec.models import MindSpeedSpec
     from mindspeed_helpers import config
 

@@ -12,7 +12,7 @@ Without the integrated worker, ``ref_config`` and ``reward_config`` are merged o
 gets the value it inherited before, so its config is unchanged too. Long-tail keys are not moved: they
 stay where they are written and are rendered there; MindSpeed-RL merges them itself.
 
-Leaf module: the key homes and defaults come from ``schema.py``.
+Leaf module: the key homes and defaults come from ``schema``.
 """
 
 from __future__ import annotations

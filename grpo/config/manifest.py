@@ -2,7 +2,7 @@
 
 ``mindspeed_keys.json`` (beside this file) lists, per MindSpeed-RL config class, every key it accepts with
 its type and default, at the commit recorded in the file. The schema accepts every one of them: the keys
-grpo-sweep itself reads are first-class fields of ``schema.py``; the rest (the long tail) are fields
+grpo-sweep itself reads are first-class fields of ``schema``; the rest (the long tail) are fields
 typed and defaulted from here. Sections:
 
 - ``megatron``: ``MegatronConfig``. A model file, ``megatron_training``, ``actor_config``, ``ref_config``

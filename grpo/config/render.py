@@ -10,7 +10,7 @@ architecture is not inlined into the trainer YAML. grpo-sweep's own ``engine`` s
 First-class keys whose value is null are left out: in the schema a null always means "not set,
 MindSpeed-RL's default applies" (every optional first-class field defaults to None), so leaving them out
 loses nothing and keeps the YAML acceptable to MindSpeed-RL versions that do not know the key. Long-tail
-keys (``schema.py``) are written when the config sets them, exactly as given, and never otherwise.
+keys (``schema``) are written when the config sets them, exactly as given, and never otherwise.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each rule is a small function of the config that returns ``None`` when the confi
 message naming the keys and values involved. ``check_rules`` runs them all and returns every
 message. Rules on a single field (0 <= clip_ratio <= 1, temperature > 0, 0 < top_p <= 1,
 top_k == -1 or >= 1, 0 <= min_p < 1, 0 < gpu_memory_utilization <= 1, ...) are field constraints in
-``schema.py`` and report as ``rl_config.clip_ratio: must be <= 1 (got 1.5)``.
+``schema`` and report as ``rl_config.clip_ratio: must be <= 1 (got 1.5)``.
 
 Batch arithmetic follows MindSpeed-RL: ``global_batch_size`` and ``mini_batch_size`` count prompts,
 and MindSpeed-RL multiplies ``mini_batch_size`` by ``n_samples_per_prompt`` internally, so an

@@ -1,7 +1,7 @@
 """Every config key, classified for the embedded engine: applied, refused, or no effect on the outcome.
 
 One table (``TABLE``) for every key of MindSpeed-RL's config classes (the manifest, ``grpo/config/manifest.py``)
-and of the schema (``grpo/config/schema.py``, grpo-sweep's ``engine`` section included):
+and of the schema (``grpo/config/schema/``, grpo-sweep's ``engine`` section included):
 
 - ``applied``: the engine reads it and trains as it says (some applied keys take only some values;
   ``check.py`` refuses the others in one line each);
