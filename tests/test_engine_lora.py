@@ -32,6 +32,7 @@ from grpo.engine.model import Qwen2
 from grpo.engine.rollout import generate
 from grpo.engine.trainer import Run
 from grpo.errors import UserError
+from engine_helpers import comparable, small
 
 LORA = [
     "megatron_training.lora_target_modules=[linear_qkv,linear_proj,linear_fc1,linear_fc2]",
@@ -43,32 +44,6 @@ LORA = [
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("grpo-cache")
-
-
-def small(cache_dir, **extra) -> list[str]:
-    """A few-second run (as tests/test_engine_train.py's): 4 prompts x 4 samples, 2 optimizer steps per iteration."""
-    values = {
-        "engine.cache_dir": str(cache_dir),
-        "engine.warm_start_steps": 30,
-        "engine.task_size": 64,
-        "megatron_training.global_batch_size": 4,
-        "rl_config.n_samples_per_prompt": 4,
-        "rl_config.mini_batch_size": 2,
-        "actor_config.micro_batch_size": 4,
-        "megatron_training.train_iters": 4,
-        "megatron_training.save_interval": 2,
-        "generate_config.sampling_config.max_tokens": 16,
-        "actor_config.no_load_optim": False,
-        "actor_config.no_load_rng": False,
-        "actor_config.lr": 1e-3,
-        "engine.eval_every": None,
-    }
-    values.update(extra)
-    return [f"{k}={'null' if v is None else v}" for k, v in values.items()]
-
-
-def comparable(rows):
-    return [{k: v for k, v in r.items() if not (k.startswith("timing/") or k.endswith("_tps"))} for r in rows]
 
 
 def test_targets_map_to_the_qwen2_projections():
