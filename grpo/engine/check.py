@@ -19,8 +19,6 @@ from grpo.engine.rewards import VERIFIERS
 from grpo.engine.tokenizer import build_task_tokenizer
 from grpo.engine.variants import problems as variant_problems
 
-VERIFIER_NAMES = tuple(VERIFIERS)
-
 
 @lru_cache(maxsize=1)
 def _builtin_tokenizer_figures() -> tuple[int, int]:
@@ -65,7 +63,9 @@ def check_config(cfg: GRPOConfig) -> list[str]:
             f"{source}: rl_config.adv_estimator: {rl.adv_estimator} needs a critic model, which the embedded "
             f"engine does not have; use group_norm"
         )
-    unscored = [name for name in rl.verifier_function if name not in VERIFIER_NAMES]
+    unscored = [
+        name for name in rl.verifier_function if name not in VERIFIERS
+    ]  # the registry loads optional verifiers here, not at import
     if "math_verify_reward" in unscored:  # scored only where the optional math-verify package imports
         unscored.remove("math_verify_reward")
         problems.append(
@@ -75,7 +75,7 @@ def check_config(cfg: GRPOConfig) -> list[str]:
     if unscored:
         problems.append(
             f"{source}: rl_config.verifier_function: the embedded engine does not score {', '.join(unscored)} "
-            f"(it scores {', '.join(VERIFIER_NAMES)}); MindSpeed-RL does (backend: mindspeed)"
+            f"(it scores {', '.join(VERIFIERS)}); MindSpeed-RL does (backend: mindspeed)"
         )
     if not rl.rule_reward:
         problems.append(
