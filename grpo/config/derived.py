@@ -57,6 +57,22 @@ def sequence_length(cfg: GRPOConfig) -> int:
     return min(cfg.rl_config.max_prompt_length + gen.sampling_config.max_tokens, gen.max_model_len)
 
 
+def trained_prompts(cfg: GRPOConfig) -> int:
+    """Prompts the update trains on per iteration: ``filter_groups_train_batch_size`` under DAPO's dynamic
+    sampling (when set to a positive number; other values are refused before a run), else global_batch_size."""
+    rl = cfg.rl_config
+    kept = getattr(rl, "filter_groups_train_batch_size", None)  # long-tail keys are typed by the manifest
+    if getattr(rl, "filter_groups_enable", None) and isinstance(kept, int) and kept > 0:
+        return kept
+    return cfg.megatron_training.global_batch_size
+
+
+def fully_on_policy(cfg: GRPOConfig) -> bool:
+    """One optimizer step per iteration (epochs 1, one mini batch): every importance ratio is 1, and
+    MindSpeed-RL skips the old log-prob pass (``set_actor_log_prob_skip_flag``)."""
+    return cfg.rl_config.epochs == 1 and cfg.rl_config.mini_batch_size >= trained_prompts(cfg)
+
+
 def derive(cfg: GRPOConfig) -> Derived:
     """Compute the derived values of ``cfg`` (exact when ``check_rules(cfg)`` is empty)."""
     actor, rl, gen = cfg.actor_config, cfg.rl_config, cfg.generate_config

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grpo.config.derived import fully_on_policy, trained_prompts
 from grpo.config.schema import GRPOConfig
 
 STUDY_ATTR = "inert_knobs"  # study user attr: the warnings, one string each (docs/contracts.md)
@@ -44,18 +45,10 @@ def _rl(cfg: GRPOConfig, key: str) -> Any:
     return getattr(cfg.rl_config, key, None)  # long-tail keys are typed by the manifest
 
 
-def _train_prompts(cfg: GRPOConfig) -> int:
-    """Prompts trained on per iteration: filter_groups_train_batch_size under dynamic sampling."""
-    kept = _rl(cfg, "filter_groups_train_batch_size")
-    if _rl(cfg, "filter_groups_enable") and isinstance(kept, int) and kept > 0:
-        return kept
-    return cfg.megatron_training.global_batch_size
-
-
 def on_policy(cfg: GRPOConfig) -> str | None:
     """One optimizer step per iteration: every importance ratio is 1 (old log-probs = the current ones)."""
-    rl, prompts = cfg.rl_config, _train_prompts(cfg)
-    if rl.epochs == 1 and rl.mini_batch_size >= prompts:
+    rl, prompts = cfg.rl_config, trained_prompts(cfg)
+    if fully_on_policy(cfg):
         return (
             f"training is fully on-policy (epochs 1, mini_batch_size {rl.mini_batch_size} >= {prompts} prompts per "
             f"iteration: one optimizer step), so every importance ratio is 1 and no clip applies"

@@ -49,6 +49,7 @@ import torch
 
 from grpo._fs import SAMPLES_FILE, truncate_jsonl_after
 from grpo.config import GRPOConfig
+from grpo.config.derived import fully_on_policy
 from grpo.engine import build, dapo, rewards, variants
 from grpo.engine import checkpoint as ckpt
 from grpo.engine import lora as lora_mod
@@ -134,7 +135,7 @@ class Run:
         # With dropout, fully on-policy, MindSpeed-RL's old log-probs are the update's own (dropout) forward
         # (skip_actor_log_prob), not the dropout-free sampler's: the recompute path gives exactly that.
         self.recompute_old_logprobs = cfg.engine.recompute_old_logprobs or (
-            self.variants.dropout and variants.fully_on_policy(cfg, train_prompts)
+            self.variants.dropout and fully_on_policy(cfg)
         )
         self.total_steps = self.steps_per_iter * cfg.megatron_training.train_iters
         self.drawer = Drawer(

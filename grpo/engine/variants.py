@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo.config import GRPOConfig
+from grpo.config.derived import fully_on_policy, trained_prompts
 
 
 def _rl(cfg: GRPOConfig, key: str) -> Any:
@@ -46,7 +47,7 @@ def read(cfg: GRPOConfig) -> Variants:
         filter_groups=on,
         filter_metric=str(_rl(cfg, "filter_groups_metric")),
         filter_max_batches=int(_rl(cfg, "filter_groups_max_batches") or 0) if on else 0,
-        filter_train_prompts=int(_rl(cfg, "filter_groups_train_batch_size") or 0) if on else mt.global_batch_size,
+        filter_train_prompts=trained_prompts(cfg),
         overlong=overlong,
         rollout_max_tokens=int(_rl(cfg, "rollout_max_tokens") or 0) if overlong else 0,
         overlong_buffer=int(_rl(cfg, "overlong_buffer") or 0) if overlong else 0,
@@ -55,12 +56,6 @@ def read(cfg: GRPOConfig) -> Variants:
         hidden_dropout=float(mt.hidden_dropout),
         attention_dropout=float(mt.attention_dropout),
     )
-
-
-def fully_on_policy(cfg: GRPOConfig, train_prompts: int) -> bool:
-    """One optimizer step per iteration: MindSpeed-RL then skips the old log-prob pass
-    (``set_actor_log_prob_skip_flag``) and the update's own forward gives them."""
-    return cfg.rl_config.epochs == 1 and cfg.rl_config.mini_batch_size >= train_prompts
 
 
 def problems(cfg: GRPOConfig) -> list[str]:
@@ -101,9 +96,7 @@ def problems(cfg: GRPOConfig) -> list[str]:
         if not isinstance(factor, int | float) or not math.isfinite(factor):
             out.append(f"{src}: rl_config.overlong_buffer_penalty_factor: {factor} must be a number")
     mt, eng = cfg.megatron_training, cfg.engine
-    train_prompts = _rl(cfg, "filter_groups_train_batch_size") if _rl(cfg, "filter_groups_enable") else None
-    on_policy = fully_on_policy(cfg, train_prompts if isinstance(train_prompts, int) else mt.global_batch_size)
-    if (mt.hidden_dropout > 0 or mt.attention_dropout > 0) and eng.recompute_old_logprobs and not on_policy:
+    if (mt.hidden_dropout > 0 or mt.attention_dropout > 0) and eng.recompute_old_logprobs and not fully_on_policy(cfg):
         out.append(
             f"{src}: engine.recompute_old_logprobs: with dropout the first mini batch's old log-probs would come "
             f"from its dropout forward, not from a dropout-free pass as MindSpeed-RL's; set it false (the "
