@@ -23,6 +23,18 @@ RESUMED_AT_ITERATION = "resumed_at_iteration"  # seed -> checkpoint iteration
 CONFIRMATION_OF = "confirmation_of"  # the search trial a confirmation trial reruns on fresh seeds
 REPEAT_OF = "repeat_of"  # a proposal equal to that trial's parameters, told its result, never run
 
+# -- population-based branching (spec ``scheduler: {kind: pbt}``), written when the trial is enqueued or asked --
+PBT_MEMBER = "pbt_member"  # the population slot 0..P-1 this trial runs a segment of
+PBT_GENERATION = "pbt_generation"  # 0..G-1: the trial trains iterations [g * interval, (g + 1) * interval)
+BRANCH_OF = "branch_of"  # the trial whose checkpoint (at BRANCHED_AT) this one continues; absent in generation 0
+BRANCHED_AT = "branched_at"  # the iteration of that checkpoint (= generation * interval)
+EXPLOITED = "exploited"  # True: a bottom member replaced by a copy of a top member (BRANCH_OF), then explored
+SCHEDULE = "schedule"  # {config key: {str(first iteration): value}}: what the lineage ran with, iteration 0 on
+PROMOTED_BASE = "promoted_base"  # a confirmation trial run on another base (spec ``confirm.base``): that base
+
+# -- study.user_attrs
+PBT_SETTINGS = "pbt"  # the study's scheduler settings (population, interval, quantile, explore)
+
 # -- written when it ends ------------------------------------------------------------------------------------
 WALL_S = "wall_s"
 CPU_S = "cpu_s"

@@ -44,6 +44,7 @@ from grpo._yaml import parse_yaml_text, read_text_file
 from grpo.config.canonical import canonicalize
 from grpo.config.messages import validation_problems
 from grpo.config.rules import check_rules
+from grpo.config.schedule import problems as schedule_problems
 from grpo.config.schema import KEY_HOMES, MEGATRON_DEFAULTS, GRPOConfig
 from grpo.config.shipped import shipped_configs
 from grpo.errors import UserError, first_line
@@ -425,7 +426,7 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> GRPOConfig
                                f"(loaded: {loaded})")  # fmt: skip
         raise UserError(problems[0], problems=problems) from None
     cfg._source = source
-    problems = [f"{source}: {line}" for line in check_rules(cfg)]
+    problems = [f"{source}: {line}" for line in check_rules(cfg)] or schedule_problems(cfg)
     if problems:
         raise UserError(problems[0], problems=problems)
     return cfg

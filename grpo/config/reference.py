@@ -34,6 +34,7 @@ from grpo.config.schema import (
     SamplingConfig,
     Section,
 )
+from grpo.config.schema.root import SCHEDULABLE
 
 TABLES: tuple[tuple[str, type[BaseModel]], ...] = (
     ("model.<name>", ModelConfig),
@@ -245,6 +246,10 @@ def generate() -> str:
         f"| `layout` | {_type_name(top.annotation)} | null | a file in `configs/layout/` | {top.description} |\n"
         f"| `algorithm` | {_type_name(algo.annotation)} | null | a file in `configs/algorithm/` "
         f"| {algo.description} |\n"
+        "| `schedule` | mapping | null | `{key: {first iteration: value}}`, keys of "
+        f"`grpo.config.schedule.SCHEDULABLE` ({', '.join(f'`{k}`' for k in SCHEDULABLE)}) "
+        "| values that change during a run: each applies from its first iteration (completed iterations) on; "
+        "before a key's first one, its plain value (docs/engine.md, Schedules) |\n"
     )
     parts.append(long_tail_section())
     return "\n".join(parts)

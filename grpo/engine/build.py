@@ -89,6 +89,13 @@ def optimizer(policy: Qwen2, cfg: GRPOConfig) -> torch.optim.Optimizer:
     )
 
 
+def set_weight_decay(optimizer: torch.optim.Optimizer, weight_decay: float) -> None:
+    """The weight decay of the decaying group (``optimizer()`` puts it first), as a scheduled value switches or a
+    resumed run starts: ``load_state_dict`` brings back the checkpoint's, where Megatron's scheduler sets the
+    config's every step."""
+    optimizer.param_groups[0]["weight_decay"] = weight_decay
+
+
 def _same_path(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from grpo.config import GRPOConfig, ModelConfig
+from grpo.config.schedule import problems as schedule_problems
 from grpo.engine.coverage import refusals
 from grpo.engine.data import ArithmeticTask
 from grpo.engine.lora import config_problems as lora_config_problems
@@ -104,6 +105,13 @@ def check_config(cfg: GRPOConfig) -> list[str]:
         f"{source}: {path}: {why}; the embedded engine does not apply it (backend: mindspeed does)"
         for path, why in refusals(cfg)
     ]
+
+    if eng.exit_interval and not actor.save:
+        problems.append(
+            f"{source}: engine.exit_interval: {eng.exit_interval} stops the run with a checkpoint to resume from, "
+            f"but actor_config.save is not set; set actor_config.save"
+        )
+    problems += schedule_problems(cfg)  # again here: a section may have changed since the config was validated
 
     builtin = not mt.tokenizer_name_or_path and not actor.load  # else a tokenizer.json decides (checked at start)
     arithmetic = eng.task == "arithmetic"

@@ -255,6 +255,8 @@ applied(ENGINE, "the generated task, its size and seed, the warm start of the ti
         "task_seed", "warm_start_steps")  # fmt: skip
 applied(ENGINE, "held-out evaluation schedule and size (eval metrics only, not the training)", "eval_every",
         "eval_size")  # fmt: skip
+applied(ENGINE, "stops after an iteration divisible by it, evaluated and checkpointed (a segment of a longer run)",
+        "exit_interval")  # fmt: skip
 applied(ENGINE, "old log-probs recomputed by a forward pass (MindSpeed-RL) or the sampler's", "recompute_old_logprobs")
 applied(ENGINE, "loss aggregation (verl's modes; null: rl_config.token_level_loss decides)", "loss_agg_mode")
 applied(ENGINE, "policy loss (vanilla, gspo) and advantage estimator (group_norm, group_norm_no_std)",
@@ -275,6 +277,7 @@ for _key in (
 ):  # fmt: skip
     no_effect(MSPROBE, "MindSpeed-RL's msprobe precision dumps (observation only)", _key)
 applied(TOP, "a config-group choice: the keys it sets are classified on their own", "layout", "algorithm")
+applied(TOP, "values switched between iterations (grpo/config/schedule.py: SCHEDULABLE keys only)", "schedule")
 no_effect(TOP, "the reference's own Megatron settings: the engine's reference is the actor's starting weights, so "
           "only keys that would change it (load, model) are refused", "ref_config")  # fmt: skip
 no_effect(TOP, "the reward model's Megatron settings: read only with rl_config.reward_resource, which is refused",

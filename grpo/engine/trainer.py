@@ -19,7 +19,12 @@ One iteration (MindSpeed-RL's ``grpo_trainer_hybrid``):
    over micro batches of ``actor_config.micro_batch_size`` (each trimmed of the padding its rows share,
    which changes no gradient; see the loss aggregation below), clip to ``clip_grad``, one AdamW step each;
 7. adapt the KL coefficient, write the metrics line, call the callback, checkpoint every
-   ``save_interval`` and at the end.
+   ``save_interval`` and at the end (and stop early at an ``engine.exit_interval``, with a checkpoint).
+
+A ``schedule`` (``grpo/config/schedule.py``) is applied when the run is built, for the iteration it starts at, and
+before each iteration whose number of completed iterations is one of its starts: ``Run.cfg`` is then the config
+with those values set, and what holds one (sampling parameters, KL controller, the optimizer's weight decay) is
+refreshed, so the run trains as one resumed there with the values set would.
 
 Loss aggregation (``engine.loss_agg_mode``, see ``loss.py``): ``token-mean`` (MindSpeed-RL's GRPO loss) is a
 token mean per micro batch, each micro batch weighing 1 / the mini batch's micro batches, so which rows share
@@ -49,6 +54,7 @@ import torch
 
 from grpo._fs import SAMPLES_FILE, truncate_jsonl_after
 from grpo.config import GRPOConfig
+from grpo.config import schedule as schedule_mod
 from grpo.config.derived import fully_on_policy
 from grpo.engine import build, dapo, rewards, variants
 from grpo.engine import checkpoint as ckpt
@@ -56,7 +62,7 @@ from grpo.engine import lora as lora_mod
 from grpo.engine import update as update_mod
 from grpo.engine.check import check_config
 from grpo.engine.draw import Drawer
-from grpo.engine.loss import ADVANTAGE_ESTIMATORS, kl_controller
+from grpo.engine.loss import ADVANTAGE_ESTIMATORS, FixedKLController, kl_controller
 from grpo.engine.metrics import MetricsSink, close_logger, run_logger
 from grpo.engine.model import ModelArgs, Qwen2, set_dropout
 from grpo.engine.rollout import Rollout, SamplingParams, generate
@@ -94,7 +100,8 @@ class Run:
         problems = check_config(cfg)
         if problems:
             raise UserError(problems[0], problems)
-        self.cfg, self.run_dir = cfg, Path(run_dir)
+        # config: as written (its schedule included); cfg: the values in effect for the next iteration
+        self.config, self.cfg, self.run_dir = cfg, cfg, Path(run_dir)
         self.log = run_logger(self.run_dir)
         rl, actor = cfg.rl_config, cfg.actor_config
         self.device = build.pick_device(cfg.engine.device)
@@ -129,7 +136,6 @@ class Run:
         loaded = models.loaded
         if loaded is not None and loaded.state is not None and not actor.finetune:
             self._resume(loaded)
-        self.use_reference = rl.init_kl_coef > 0 or rl.kl_ctrl_type == "adaptive"
         train_prompts = self.variants.filter_train_prompts  # global_batch_size unless dynamic sampling is on
         self.steps_per_iter = rl.epochs * math.ceil(train_prompts / rl.mini_batch_size)
         # With dropout, fully on-policy, MindSpeed-RL's old log-probs are the update's own (dropout) forward
@@ -153,12 +159,34 @@ class Run:
             f"policy: {self.policy.num_parameters():,} parameters on {self.device}; "
             f"{len(self.train_set)} training prompts; {self.steps_per_iter} optimizer steps per iteration"
         )
+        self.switches = set(schedule_mod.starts(cfg)) - {self.state.iteration}  # later switches
+        self._apply_schedule()  # the values of the iteration it starts at (fresh or resumed)
+
+    def _apply_schedule(self) -> None:
+        """``cfg`` with the schedule's values for the next iteration, and whatever holds one refreshed. Also the
+        resume rule: a fixed KL controller's coefficient and the optimizer's weight decay are the config's, not
+        the checkpoint's (the same in a plain resume; a branch that changes them applies them)."""
+        it = self.state.iteration
+        if self.config.schedule:
+            self.cfg = schedule_mod.apply(self.config, it)
+            values = ", ".join(f"{k}={v}" for k, v in schedule_mod.values_at(self.config, it).items())
+            self.log.info(f"schedule: from iteration {it}: {values}")
+        rl, sampling = self.cfg.rl_config, self.cfg.generate_config.sampling_config
+        self.temperature = sampling.temperature
+        self.sampling = SamplingParams(
+            sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, self.max_tokens
+        )
+        self.drawer.cfg, self.drawer.sampling = self.cfg, self.sampling
+        if isinstance(self.kl_ctrl, FixedKLController):  # adaptive: the checkpoint's (or initial) coefficient
+            self.kl_ctrl.value = float(rl.init_kl_coef)
+        self.use_reference = self.kl_ctrl.value > 0 or not isinstance(self.kl_ctrl, FixedKLController)
+        build.set_weight_decay(self.optimizer, self.cfg.actor_config.weight_decay)
 
     def _resume(self, loaded: ckpt.Loaded) -> None:
         actor = self.cfg.actor_config
         assert loaded.state is not None  # resumed only from an engine checkpoint (the caller checks)
         self.state = loaded.state
-        self.kl_ctrl.value = loaded.state.kl_coef
+        self.kl_ctrl.value = loaded.state.kl_coef  # fixed control: the config's, set by _apply_schedule
         if not actor.no_load_optim:
             ckpt.load_optimizer(self.optimizer, loaded)
         if not actor.no_load_rng:
@@ -194,6 +222,8 @@ class Run:
         )
 
     def iteration(self) -> dict[str, float]:
+        if self.state.iteration in self.switches:
+            self._apply_schedule()
         rl, v = self.cfg.rl_config, self.variants
         t_start = time.perf_counter()
         n = rl.n_samples_per_prompt
@@ -368,8 +398,10 @@ def train(cfg: GRPOConfig, run_dir: Path, callback: Callback | None = None) -> d
     """Run GRPO as ``cfg`` says; write ``run_dir/metrics.jsonl`` and ``run_dir/train.log``; return a summary.
 
     ``callback(iteration, metrics)`` runs after each metrics line; returning True stops at once
-    (``summary["stopped_early"]``). Resumes when ``actor_config.load`` holds a checkpoint and ``finetune`` is
-    false. Raises UserError for user mistakes (before anything is trained) and TrainingDiverged on NaN/inf.
+    (``summary["stopped_early"]``). ``engine.exit_interval`` stops normally after an iteration divisible by
+    it, evaluated and checkpointed (``summary["exited_at"]``). Resumes when ``actor_config.load`` holds a
+    checkpoint and ``finetune`` is false. Raises UserError for user mistakes (before anything is trained) and
+    TrainingDiverged on NaN/inf.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -386,12 +418,13 @@ def train(cfg: GRPOConfig, run_dir: Path, callback: Callback | None = None) -> d
 
 
 def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
-    cfg = run.cfg
+    cfg = run.config
     mt = cfg.megatron_training
-    every = cfg.engine.eval_every
+    every, exit_every = cfg.engine.eval_every, cfg.engine.exit_interval
     summary: dict = {
         "run_dir": str(run.run_dir),
         "stopped_early": False,
+        "exited_at": None,  # engine.exit_interval: the iteration it stopped at, checkpointed
         "start_iteration": run.state.iteration,
         "checkpoint": None,
         "metrics": {},
@@ -411,16 +444,21 @@ def _loop(run: Run, callback: Callback | None, t0: float) -> dict:
         while not summary["stopped_early"] and run.state.iteration < mt.train_iters:
             metrics = run.iteration()
             it = run.state.iteration
-            if every and (it % every == 0 or it == mt.train_iters):
+            exiting = exit_every is not None and it % exit_every == 0 and it < mt.train_iters
+            if every and (it % every == 0 or it == mt.train_iters or exiting):
                 metrics.update(run.evaluate(it))
             sink.write(it, metrics)
             summary["metrics"] = metrics
             if callback is not None and callback(it, metrics):
                 summary["stopped_early"] = True
                 break
-            if it % mt.save_interval == 0 or it == mt.train_iters:
+            if it % mt.save_interval == 0 or it == mt.train_iters or exiting:
                 folder = run.save()
                 summary["checkpoint"] = str(folder) if folder else None
+            if exiting:
+                summary["exited_at"] = it
+                run.log.info(f"exit at iteration {it} (engine.exit_interval {exit_every})")
+                break
         state = "stopped" if summary["stopped_early"] else "finished"
     finally:
         sink.close(state)

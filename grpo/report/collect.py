@@ -40,13 +40,19 @@ from grpo.report.diagnostics import Flag, diagnose
 from grpo.report.disk import DiskReport, trial_usage
 from grpo.trial_attrs import (
     ATTEMPT,
+    BRANCH_OF,
+    BRANCHED_AT,
     CONFIRMATION_OF,
     CPU_S,
     DEVICES,
+    EXPLOITED,
     FAILURE_REASON,
     NODE,
     NPU_S,
     OVERRIDES,
+    PBT_GENERATION,
+    PBT_MEMBER,
+    PROMOTED_BASE,
     PRUNED_REASON,
     RESUME_FROM,
     RETRY_OF,
@@ -309,7 +315,9 @@ def trials_frame(
     ``trial_dir`` and ``flags`` (comma-separated diagnostics); the retry chain (``grpo.report.chains``):
     ``logical_trial`` (the chain's first attempt; the trial itself outside a chain), ``superseded_by``
     (the retry that continued a failed attempt), ``resumed_from`` and ``resumed_at_iteration`` (the
-    attempt a retry resumed and the lowest checkpoint iteration its seeds resumed at); the disk its folder
+    attempt a retry resumed and the lowest checkpoint iteration its seeds resumed at); a pbt segment's
+    ``pbt_member``, ``pbt_generation``, ``branch_of``, ``branched_at`` and ``exploited``, a promoted
+    confirmation trial's ``promoted_base`` (None elsewhere); the disk its folder
     takes (``grpo.report.disk``): ``disk_bytes``, ``checkpoint_bytes`` (NaN: no folder, or not measured)
     and ``disk_partial`` (part of the folder could not be read: a lower bound).
     """
@@ -346,6 +354,14 @@ def trials_frame(
         _int_or_none(t.user_attrs.get(RETRY_OF)) if r else None for t, r in zip(trials, resumed, strict=True)
     ]
     extras["resumed_at_iteration"] = [min(r.values()) if r else None for r in resumed]
+    for column, key in _PBT_COLUMNS.items():  # a pbt segment's place in the population (grpo.report.lineage)
+        extras[column] = [_int_or_none(t.user_attrs.get(key)) for t in trials]
+    extras["exploited"] = [
+        bool(t.user_attrs[EXPLOITED]) if t.user_attrs.get(EXPLOITED) is not None else None for t in trials
+    ]
+    extras["promoted_base"] = [
+        str(t.user_attrs[PROMOTED_BASE]) if t.user_attrs.get(PROMOTED_BASE) is not None else None for t in trials
+    ]
     disk = trial_usage(dirs) if disk is None else disk
     usage = [disk.usage.get(t.number) for t in trials]
     extras["disk_bytes"] = [u.total if u is not None else None for u in usage]
@@ -359,6 +375,13 @@ def trials_frame(
     frame["number"] = frame["number"].astype("int64")
     return frame
 
+
+_PBT_COLUMNS = {
+    "pbt_member": PBT_MEMBER,
+    "pbt_generation": PBT_GENERATION,
+    "branch_of": BRANCH_OF,
+    "branched_at": BRANCHED_AT,
+}
 
 _EXTRA_COLUMNS = [
     "seeds",

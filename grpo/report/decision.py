@@ -11,6 +11,11 @@
 - ``highest``: the complete trial with the best stored value (``ranked``); the page says so when it is
   not ``best`` (a search trial whose one lucky seed the confirmation stage did not repeat).
 - ``compute``: device-seconds and wall time up to the best trial and in all.
+- ``promotions``: when the confirmation stage ran on another base (``confirm.base``), whether the search's
+  ranking held there (``grpo.report.promotion``).
+
+In a population-based (pbt) study only the last generation's segments and the confirmation trials compete
+(``grpo.report.best.comparable``): earlier segments' values are over partial curves.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from grpo.report import stats
 from grpo.report._snapshot import snapshot
-from grpo.report.best import best_trial, pareto_front, ranked
+from grpo.report.best import best_trial, comparable, pareto_front, ranked
 from grpo.report.collect import Frames
+from grpo.report.promotion import Promotion, promotions
 from grpo.trial_attrs import RESOURCES
 
 
@@ -50,6 +56,7 @@ class Decision:
     front: list[FrozenTrial]
     compute: Compute
     multi: bool
+    promotions: tuple[Promotion, ...] = ()
 
     @property
     def runner_up(self) -> FrozenTrial | None:
@@ -62,10 +69,13 @@ def study_decision(study: optuna.Study, frames: Frames) -> Decision:
     multi = len(snap.directions) > 1
     order = ranked(snap) if not multi else []
     highest = order[0] if order else best_trial(snap)
-    verdict = None if multi else stats.verdict(snap.get_trials(deepcopy=False), snap.directions[0])
+    trials = snap.get_trials(deepcopy=False)
+    verdict = None if multi else stats.verdict(comparable(snap, trials), snap.directions[0])
     best = verdict.winner if verdict is not None else highest
     front = pareto_front(snap) if multi else []
-    return Decision(best, verdict, highest, front, compute(snap, frames, best), multi)
+    base = snap.user_attrs.get("base")
+    promoted = tuple(promotions(trials, snap.directions[0], str(base) if base else None))
+    return Decision(best, verdict, highest, front, compute(snap, frames, best), multi, promoted)
 
 
 def accelerator_kind(trials: list[FrozenTrial]) -> str | None:

@@ -8,11 +8,13 @@ report SPEC`` rebuilds them on demand; every write is an atomic replace, so a pa
 browser reloads to a whole report, never half of one.
 
 The page answers, in order: which settings won and how sure (``page_summary``: winner, interval over
-seeds, runner-up, paired test, compute to find it); why (``plots.why_panels``: importances with their
-bootstrap spread or a "too few trials" note, slices, contour, parallel coordinates, history; the Pareto
-front for several objectives); what happened in the runs (learning curves with seed bands, colour-by and
-smoothing controls); GRPO health and what the model says (``page_health``); cost and how to reproduce
-the winner (``page_cost``); then every trial in a sortable table and detail sections (``page_trials``).
+seeds, runner-up, paired test, compute to find it; a promoted confirmation stage's ranking check); for a
+population-based study, how the winner's lineage branched and the schedule it ran with (``lineage``);
+why (``plots.why_panels``: importances with their bootstrap spread or a "too few trials" note, slices,
+contour, parallel coordinates, history; the Pareto front for several objectives); what happened in the
+runs (learning curves with seed bands, colour-by and smoothing controls); GRPO health and what the model
+says (``page_health``); cost and how to reproduce the winner (``page_cost``); then every trial in a
+sortable table and detail sections (``page_trials``).
 One copy of plotly.js is inlined in the head; each figure is ``plotly.io.to_html(include_plotlyjs=False)``.
 
 Every string that came from a user, a log or the model goes through ``html.escape`` (tables through
@@ -32,7 +34,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from grpo._fs import atomic_write_text
-from grpo.report import page_cost, page_health, page_summary, page_trials
+from grpo.report import lineage, page_cost, page_health, page_summary, page_trials
 from grpo.report._assets import CSS, JS, PAGE
 from grpo.report._fmt import escape
 from grpo.report._snapshot import snapshot
@@ -95,9 +97,11 @@ def render(
     why = why_panels(snap, frames, decision)
     curves = curves_panel(snap, frames, decision)
     cost = cost_panels(snap, frames, decision)
+    population = _population(snap, frames, decision)
     sections = [
         page_summary.header(snap, frames, spec_path, decision),
         page_summary.decision(snap, frames, decision, config_link=config_text is not None),
+        population,
         _group("why", "Why these settings", "".join(_panel(p) for p in why)),
         _group("runs", "What happened in the runs", _curves(curves)),
         page_health.health(frames, decision, detail),
@@ -116,6 +120,7 @@ def render(
     nav = [
         ("summary", "Summary"),
         ("decision", "Winner"),
+        *([("lineage", "Lineage")] if population else []),
         ("why", "Why"),
         ("runs", "Runs"),
         ("health", "Health"),
@@ -134,6 +139,57 @@ def render(
         plotly=get_plotlyjs(),
         js=JS,
     )
+
+
+def _population(snap: optuna.Study, frames: Frames, decision: Decision) -> str:
+    """A pbt study's lineage tree and its winner's schedule (``grpo.report.lineage``); '' for any other study."""
+    table = frames.trials
+    reached = (
+        dict(zip(table["number"].tolist(), table["last_iteration"].tolist(), strict=True))
+        if len(table) and "last_iteration" in table
+        else {}
+    )
+    pop = lineage.population(snap, decision.best, reached)
+    if pop is None:
+        return ""
+    figure = lineage.lineage_figure(pop) if pop.segments else None
+    tree = Panel(
+        "lineage-tree",
+        "Lineage tree",
+        figure=figure,
+        note="no segment has started yet",
+        caption=(
+            "x: iteration; y: the population slot. Each bar is one segment (trial); an orange arrow goes from a top "
+            "member's checkpoint to the bottom member it replaced (then explored), and the orange bar is that "
+            "branch; grey dashed bars were pruned, failed or are running. The winner's lineage is black and wide, "
+            "the red star its end. Hover a bar for the trial, its parameters and value (a segment's value is over "
+            "its lineage's curve so far)."
+        ),
+    )
+    if figure is not None:
+        tree.height = int(figure["layout"]["height"])
+    schedule = lineage.schedule_of(decision.best, pop, snap.get_trials(deepcopy=False))
+    train_iters = pop.settings.get("train_iters")
+    train_iters = int(train_iters) if isinstance(train_iters, int) and not isinstance(train_iters, bool) else None
+    if schedule:
+        plots = Panel(
+            "lineage-schedule",
+            "The winner's schedule",
+            figure=lineage.schedule_figure(schedule, train_iters),
+            caption="The value of each explored parameter the winning lineage trained with, from iteration 0 (each "
+            "value holds until the next change); the exported best_config.yaml replays it (its schedule: key).",
+        )
+        plots.height = int(plots.figure["layout"]["height"]) if isinstance(plots.figure, dict) else plots.height
+        schedule_html = _panel(plots) + lineage.schedule_table(schedule, train_iters)
+    else:
+        note = (
+            "The winner records no schedule: its lineage changed no parameter while it trained."
+            if decision.best is not None
+            else "No winner yet."
+        )
+        schedule_html = _panel(Panel("lineage-schedule", "The winner's schedule", note=note))
+    body = lineage.summary(pop) + _panel(tree) + schedule_html
+    return f'<section id="lineage" class="group"><h2>Population: lineage and schedule</h2>{body}</section>'
 
 
 def _group(id: str, title: str, body: str) -> str:

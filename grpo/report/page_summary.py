@@ -6,7 +6,9 @@ retries superseded are Optuna FAIL records, not trials: ``chains.logical_trials`
 answers "which settings, how sure": the winner with its value and interval over seeds, the runner-up with
 its own, whether a paired test over their shared seeds can tell them apart (``grpo.report.stats``), and
 the compute it took to find the winner (device-hours and wall time up to it, and in all). For several
-objectives: the Pareto front, the chosen trade-off first.
+objectives: the Pareto front, the chosen trade-off first. A confirmation stage promoted to another base
+(``confirm.base``): whether the search's ranking held there (``promotion``: Kendall's tau and Spearman's
+rho with bootstrap intervals over the seeds, one sentence, a table of both rankings).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from optuna.trial import FrozenTrial
 from grpo.report import stats
 from grpo.report._fmt import duration_text, escape, fmt, hours, num, plural, trial_link
 from grpo.report._snapshot import StudySnapshot
+from grpo.report.best import is_pbt
 from grpo.report.chains import logical_trials, retry_chains
 from grpo.report.collect import Frames, study_objectives
 from grpo.report.decision import Compute, Decision
-from grpo.trial_attrs import CONFIRMATION_OF
+from grpo.report.promotion import CANNOT_TELL, HELD, Promotion
+from grpo.trial_attrs import CONFIRMATION_OF, PROMOTED_BASE
 
 STATE_ORDER = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 
@@ -118,7 +122,10 @@ def _interval_text(trial: FrozenTrial, objective: int = 0) -> str:
 
 def _stage(trial: FrozenTrial) -> str:
     of = trial.user_attrs.get(CONFIRMATION_OF)
-    return f" (confirmation of trial #{of})" if isinstance(of, int) else ""
+    if not isinstance(of, int):
+        return ""
+    base = trial.user_attrs.get(PROMOTED_BASE)
+    return f" (confirmation of trial #{of}" + (f" on {base})" if base else ")")
 
 
 def compute_text(compute: Compute, best: FrozenTrial | None) -> str:
@@ -143,9 +150,13 @@ def decision(snap: StudySnapshot, frames: Frames, decision: Decision, config_lin
     head = '<section id="decision"><h2>The winner and how sure</h2>'
     best = decision.best
     if best is None:
-        return (
-            head + '<p class="note">No completed trial yet.</p>' + compute_text(decision.compute, None) + "</section>"
+        waiting = (
+            "No segment of the population's last generation has completed yet: earlier segments are scored on "
+            "partial curves, so none of them is the winner (see the lineage below)."
+            if is_pbt(snap)
+            else "No completed trial yet."
         )
+        return head + f'<p class="note">{escape(waiting)}</p>' + compute_text(decision.compute, None) + "</section>"
     goals = study_objectives(snap)
     config = (
         '<p>Its config: <a href="best_config.yaml">best_config.yaml</a>; how to rerun it: '
@@ -153,8 +164,17 @@ def decision(snap: StudySnapshot, frames: Frames, decision: Decision, config_lin
         if config_link
         else '<p class="note">This trial recorded no config.</p>'
     )
+    promoted = "".join(promotion(p) for p in decision.promotions)
     if decision.multi:
-        return head + _pareto_decision(snap, decision) + params_table(best) + config + _compute(decision) + "</section>"
+        return (
+            head
+            + _pareto_decision(snap, decision)
+            + params_table(best)
+            + promoted
+            + config
+            + _compute(decision)
+            + "</section>"
+        )
     verdict = decision.verdict
     assert verdict is not None  # one objective and a best trial: there is a verdict
     metric = goals[0].metric
@@ -184,7 +204,8 @@ def decision(snap: StudySnapshot, frames: Frames, decision: Decision, config_lin
         )
     else:
         parts.append("<p>No runner-up to compare with yet.</p>")
-    pool = "the confirmation trials" if verdict.confirmed else "all complete trials"
+    pbt = is_pbt(snap)
+    pool = "the confirmation trials" if verdict.confirmed else ("the last generation" if pbt else "all complete trials")
     parts.append(f'<p class="caption">Ranked by the mean over seeds among {pool}; intervals: {_ci_note()}.</p>')
     highest = decision.highest
     if highest is not None and highest.number != best.number and highest.values:
@@ -193,9 +214,38 @@ def decision(snap: StudySnapshot, frames: Frames, decision: Decision, config_lin
             f"({escape(num(highest.values[0]))} from {plural(len(stats.seed_values(highest)), 'seed')}); the winner "
             "is decided by the confirmation stage, which reran the best trials on more, fresh seeds.</p>"
         )
+    if pbt:
+        parts.append(
+            '<p class="caption">A population-based study: only the last generation\'s segments (whose curves run '
+            "from iteration 0 to the end) and the confirmation trials compete; an earlier segment's value is over a "
+            "partial curve.</p>"
+        )
+    parts.append(promoted)
     parts.append(config)
     parts.append(_compute(decision))
     return head + "".join(parts) + "</section>"
+
+
+def promotion(p: Promotion) -> str:
+    """Whether the search's ranking held on a promoted base: the sentence, then both rankings side by side."""
+    kind = "held" if p.outcome == HELD else ("unknown" if p.outcome == CANNOT_TELL else "flipped")
+    rows = "".join(
+        f"<tr><td>{trial_link(r.source)}</td><td>{escape(num(r.search_value))}</td><td>{r.search_rank}</td>"
+        f"<td>{trial_link(r.trial)}</td><td>{escape(num(r.mean))}</td><td>{r.rank}</td></tr>"
+        for r in p.rows
+    )
+    where = escape(p.search_base or "search")
+    table = (
+        f'<table class="params promotion-ranks"><tr><th>search trial</th><th>value ({where})</th><th>rank</th>'
+        f"<th>confirmation trial</th><th>mean on {escape(p.base)}</th><th>rank</th></tr>{rows}</table>"
+        if p.rows
+        else ""
+    )
+    return (
+        f'<div class="promotion" data-base="{escape(p.base)}"><h3>Promoted to {escape(p.base)}</h3>'
+        f'<p class="promotion-verdict {kind}"><b>{escape(p.outcome.capitalize())}:</b> {escape(p.sentence())}</p>'
+        f"{table}</div>"
+    )
 
 
 def _ci_note() -> str:

@@ -8,7 +8,8 @@ trial config, and the page says so), its per-seed values and flags, and for fail
 
 A retried trial reads as one logical trial: its attempts (``grpo.report.chains``) sit together, the last
 one first and the superseded FAIL records under it, and the "retry chain" column says which run of which
-trial each is, where a retry resumed and what superseded an attempt. The "disk" column is what each trial
+trial each is, where a retry resumed and what superseded an attempt. A pbt study's "population" column
+gives each segment's member, generation and the trial it branched from. The "disk" column is what each trial
 folder takes (``grpo.report.disk``; empty: no folder, or not measured).
 """
 
@@ -81,6 +82,8 @@ def table(snap: StudySnapshot, frames: Frames, detail: set[int]) -> str:
     if "disk_bytes" in trials and trials["disk_bytes"].notna().any():
         disk = list(zip(trials["disk_bytes"], trials["disk_partial"], strict=True))
         columns.insert(len(columns) - 1, ("disk", pd.Series(disk, dtype=object), _sortable_size))
+    if "pbt_generation" in trials and trials["pbt_generation"].notna().any():
+        columns.insert(2, ("population", pd.Series(_population_texts(trials), dtype=object), str))
     if chains.runs:
         by_number = {t.number: t for t in snap.get_trials(deepcopy=False)}
         texts = [chain_text(n, chains, by_number) for n in trials["number"].tolist()]
@@ -113,6 +116,22 @@ def table(snap: StudySnapshot, frames: Frames, detail: set[int]) -> str:
 
 
 _BETWEEN_TAGS = re.compile(r">\s+<")
+
+
+def _population_texts(trials: pd.DataFrame) -> list[str]:
+    """A pbt segment's place: ``m1 g1 <- #0 (exploit)`` (member, generation, the trial it branched from)."""
+    out = []
+    for member, generation, parent, exploited in zip(
+        trials["pbt_member"], trials["pbt_generation"], trials["branch_of"], trials["exploited"], strict=True
+    ):
+        if pd.isna(generation):
+            out.append("")
+            continue
+        text = (f"m{int(member)} " if not pd.isna(member) else "") + f"g{int(generation)}"
+        if not pd.isna(parent):
+            text += f" <- #{int(parent)}" + (" (exploit)" if not pd.isna(exploited) and bool(exploited) else "")
+        out.append(text)
+    return out
 
 
 # ------------------------------------------------------------------------------------- retry chains

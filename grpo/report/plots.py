@@ -38,7 +38,7 @@ from optuna.trial import FrozenTrial, TrialState
 from grpo.report import importance
 from grpo.report._figure import BEST_MARKER, MARGIN, best_star, marker_trace
 from grpo.report._snapshot import StudySnapshot, snapshot
-from grpo.report.best import ranked
+from grpo.report.best import complete_trials, sign
 from grpo.report.collect import Frames, Objective, study_objectives
 from grpo.report.cost import cost_figure
 from grpo.report.curves import learning_curves
@@ -251,9 +251,12 @@ def _sample_note(shown: int, total: int) -> str | None:
 def sample_trials(study: optuna.Study, cap: int) -> list[FrozenTrial]:
     """At most ``cap`` of the study's completed trials: the best ``cap // 2`` and an even spread of the rest.
 
-    Deterministic, in trial-number order. Best means by the first objective (``grpo.report.best.ranked``).
+    Deterministic, in trial-number order. Best means by the first objective's value; every completed trial is
+    a point here, a pbt study's earlier segments too (``best.ranked`` would leave them out: they are no
+    candidates for the winner, but the plots show what every trial scored).
     """
-    order = ranked(study)
+    s = sign(study.directions[0])
+    order = sorted(complete_trials(study), key=lambda t: (s * t.values[0], t.number))
     if len(order) <= cap:
         return sorted(order, key=lambda t: t.number)
     best, rest = order[: cap // 2], order[cap // 2 :]

@@ -4,13 +4,16 @@
   ``grpo.report.trial_config`` reads it back: its folder's ``config.yaml``, or an older study's attr)
   without what belongs to that trial's run, which a new run chooses itself: its checkpoint folder
   (``actor_config.save``), a checkpoint of the trial itself in ``actor_config.load`` (a retry's resume),
-  its tracking (W&B run name, group, project, folder, mode; TensorBoard) and how many checkpoints it kept
-  (``RUN_KEYS``), and the generated task's data file the sweep
-  placed beside the driver (``megatron_training.data_path`` unless ``engine.task`` is ``dataset``): each
-  goes back to the base config's value (dropped, so the schema default applies, when the base has none).
-  Inputs stay as the trial ran them (absolute: the file runs from any directory). ``config_yaml`` is it as
-  the grpo_trainer YAML the report writes as ``best_config.yaml``, the same file ``grpo-sweep best
-  --export`` writes; its header names the one command that runs it (``run_line``).
+  its tracking (W&B run name, group, project, folder, mode; TensorBoard), how many checkpoints it kept,
+  a pbt segment's stop at the end of its generation (``engine.exit_interval``) (``RUN_KEYS``), and the
+  generated task's data file the sweep placed beside the driver (``megatron_training.data_path`` unless
+  ``engine.task`` is ``dataset``): each goes back to the base config's value (dropped, so the schema
+  default applies, when the base has none). Inputs stay as the trial ran them (absolute: the file runs
+  from any directory). A pbt segment's ``actor_config.load`` is its parent's checkpoint: restored like a
+  retry's, while its ``schedule:`` (the values its lineage ran with from iteration 0) stays, so the file
+  replays the whole lineage from scratch. ``config_yaml`` is it as the grpo_trainer YAML the report
+  writes as ``best_config.yaml``, the same file ``grpo-sweep best --export`` writes; its header names
+  the one command that runs it (``run_line``).
 - ``commands(study, trial, config_path)``: the command lines. Embedded backend:
   ``grpo-train --config-dir <abs dir> --config-name best_config`` (one line per seed beyond the first,
   with its ``megatron_training.seed``). MindSpeed backend: the launch the trial's first seed logged as
@@ -37,7 +40,7 @@ from optuna.trial import FrozenTrial
 from grpo._fs import RESUME_KEYS
 from grpo.report.collect import trial_dir
 from grpo.report.trial_config import changed_note, recorded_config
-from grpo.trial_attrs import SEEDS
+from grpo.trial_attrs import BRANCH_OF, SCHEDULE, SEEDS
 
 CONFIG_NAME = "best_config"
 SEED_KEY = "megatron_training.seed"
@@ -71,6 +74,7 @@ RUN_KEYS = (
     "rl_config.swanlab_save_dir",
     "engine.swanlab_group",
     "engine.trial_params",  # the searched values a tracked run logs as its TensorBoard HParams
+    "engine.exit_interval",  # a pbt segment stops at the end of its generation; a replay runs to train_iters
 )
 
 
@@ -153,6 +157,12 @@ def config_yaml(
         f"# trial {trial.number} of study {study.study_name}: the best trial of its report\n"
         + (f"# warning: {changed_note(found, trial)}\n" if found is not None and found.changed else "")
         + f"# params: {json.dumps(trial.params, default=str)}\n"
+        + (
+            "# a pbt lineage, replayed from iteration 0: its schedule: key sets each value from the iteration the "
+            "lineage changed it\n"
+            if body.get("schedule") or trial.user_attrs.get(SCHEDULE) or trial.user_attrs.get(BRANCH_OF) is not None
+            else ""
+        )
         + (f"# seeds it ran ({SEED_KEY}): {', '.join(map(str, seeds))}\n" if isinstance(seeds, list) else "")
         + (f"# run it: {run_line(path)}\n" if path is not None else "")
         + ("# it trains LoRA through peft: pip install 'grpo-sweep[lora]'\n" if _lora(body) else "")

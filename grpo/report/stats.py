@@ -25,6 +25,7 @@ import numpy as np
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
+from grpo.report.best import comparable_trials
 from grpo.trial_attrs import CONFIRMATION_OF, SEEDS, VALUES_PER_SEED
 
 CONFIDENCE = 0.95
@@ -177,8 +178,14 @@ class Verdict:
 
 def verdict(trials: Sequence[FrozenTrial], direction: StudyDirection, objective: int = 0) -> Verdict | None:
     """Winner and runner-up among COMPLETE trials with values: among the confirmation trials when there are
-    at least two (they ran more seeds on the same seeds), else among all; ranked by mean over seeds."""
-    done = [t for t in trials if t.values is not None and len(t.values) > objective and t.state.name == "COMPLETE"]
+    at least two (they ran more seeds on the same seeds), else among all; ranked by mean over seeds. A pbt
+    study's segments compete only from its last generation (``best.comparable_trials``: the highest among
+    ``trials``; pass ``best.comparable(study)`` while the last generation has not started)."""
+    done = [
+        t
+        for t in comparable_trials(trials)
+        if t.values is not None and len(t.values) > objective and t.state.name == "COMPLETE"
+    ]
     confirmations = [t for t in done if t.user_attrs.get(CONFIRMATION_OF) is not None]
     pool = confirmations if len(confirmations) >= 2 else done
     if not pool:

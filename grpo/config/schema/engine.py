@@ -38,6 +38,15 @@ class EngineConfig(Section):
     eval_size: int = Field(
         256, ge=1, description="Held-out prompts of a generated task, scored greedily and sampled by eval."
     )
+    exit_interval: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Stop after an iteration divisible by it (before train_iters), as Megatron's --exit-interval: evaluate "
+            "(when eval_every is set), save a checkpoint (needs actor_config.save) and return; the learning-rate "
+            "schedule still spans train_iters. A segment of a longer run (pbt); null = run to train_iters."
+        ),
+    )
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs by a forward pass (MindSpeed-RL) instead of the sampler's own."
     )

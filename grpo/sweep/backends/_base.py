@@ -81,6 +81,11 @@ class TrialBackend(abc.ABC):
         """Searched keys this backend would not vary (refused, or no effect on its training): errors (default: none)."""
         return []
 
+    def branch_problems(self, cfg: GRPOConfig) -> list[str]:
+        """Why trials of ``cfg`` cannot run as pbt segments (resumed from another trial's checkpoint, stopped at
+        ``engine.exit_interval``); [] when they can. Retries already resume from checkpoints, so by default they can."""
+        return []
+
     @abc.abstractmethod
     def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         """Run the trial to the end (or until ``report`` says stop); return a summary dict."""

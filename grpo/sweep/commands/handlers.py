@@ -153,7 +153,7 @@ def _short(interval: Interval) -> str:
 
 
 def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> None:
-    from grpo.report.best import best_trial
+    from grpo.report.best import best_trial, comparable
     from grpo.report.stats import verdict
 
     every = study.get_trials(deepcopy=False)
@@ -169,7 +169,7 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
     if best is None or spec.multi_objective:
         return
     confirmed = any(t.user_attrs.get(CONFIRMATION_OF) is not None for t in trials)
-    found = verdict(trials, study.directions[0]) if confirmed else None
+    found = verdict(comparable(study, trials), study.directions[0]) if confirmed else None
     if found is not None:  # the winner of the confirmation stage, against its runner-up
         console.print(found.text(), highlight=False)
         console.print(f"params: {found.winner.params}", highlight=False)
@@ -392,6 +392,17 @@ def validate_spec(args: argparse.Namespace) -> int:
     base = checks.base_cfg
     d = derive(base)
     iters = base.megatron_training.train_iters
+    if spec.scheduler is not None:
+        from grpo.sweep.run.pbt import Settings
+
+        pop = Settings.of(spec.scheduler, iters)
+        spec = spec.model_copy(update={"trials": pop.trials})
+        console.print(
+            f"pbt: {pop.population} members x {pop.generations} generations of {pop.interval} iterations = "
+            f"{pop.trials} segment trials; every {pop.interval} iterations the bottom {pop.quantile:g} branch from "
+            f"the top, exploring {', '.join(k for k in space.keys if k in _schedulable()) or 'nothing'}"
+        )
+        iters = pop.interval  # per segment
     console.print(
         f"per trial: {iters} iterations x {d.rollouts_per_iteration} rollouts x {spec.seeds} seed(s) run at once; "
         f"study: {spec.trials} trials ~ {spec.trials * spec.seeds * iters} GRPO iterations"
@@ -406,3 +417,9 @@ def validate_spec(args: argparse.Namespace) -> int:
     for w in spec.warnings:
         console.print(f"[yellow]warning[/yellow]: {w}")
     return 0
+
+
+def _schedulable() -> frozenset[str]:
+    from grpo.config.schedule import SCHEDULABLE
+
+    return frozenset(SCHEDULABLE)

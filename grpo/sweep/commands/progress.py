@@ -108,7 +108,8 @@ class LiveProgress:
         if self._live is None:
             self.console.print(self.line(snapshot), highlight=False, markup=False, soft_wrap=True)
             return
-        self._bar.update(self._task, completed=snapshot.counted, eta=eta_text(snapshot))
+        # The driver's total (a pbt study's is its segments, known once the base config is composed).
+        self._bar.update(self._task, completed=snapshot.counted, total=snapshot.total or None, eta=eta_text(snapshot))
         parts: list[RenderableType] = [self._table(snapshot)] if snapshot.running else []
         self._live.update(Group(*parts, self._bar, self._best(snapshot)))
 

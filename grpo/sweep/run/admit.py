@@ -20,9 +20,10 @@ from grpo.errors import UserError
 from grpo.report.trial_config import config_pointer
 from grpo.sweep.execution.scheduler import RayScheduler
 from grpo.sweep.run.live import LiveTrial, Objectives
+from grpo.sweep.run.pbt import initial_schedule, schedule_for_config
 from grpo.sweep.run.record import TrialsView
 from grpo.sweep.run.snapshot import Messages
-from grpo.sweep.run.trial_builder import TrialBuilder, adopted_history
+from grpo.sweep.run.trial_builder import Segment, TrialBuilder, adopted_history
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import SearchSpace
 from grpo.sweep.study import lease
@@ -31,17 +32,22 @@ from grpo.sweep.study.retry import holds_budget
 from grpo.sweep.study.store import StudyStore
 from grpo.trial_attrs import (
     ATTEMPT,
+    BRANCH_OF,
     CONFIG_POINTER,
     CONFIRMATION_OF,
     DRIVER,
     FAILURE_REASON,
     INFEASIBLE,
     OVERRIDES,
+    PBT_GENERATION,
+    PBT_MEMBER,
+    PROMOTED_BASE,
     PRUNED_REASON,
     RESOURCES,
     RESUME_FROM,
     RESUMED_AT_ITERATION,
     RETRY_OF,
+    SCHEDULE,
     SEEDS,
     TRIAL_DIR,
 )
@@ -86,6 +92,7 @@ class Asker:
         self.objectives = Objectives.of(spec)
         self.pruning = not spec.multi_objective
         self.exhausted = False  # the sampler only repeats points that already ran
+        self.schedulable: list[str] = []  # pbt: the searched keys a schedule may change (set by the driver)
         self.infeasible_in_a_row = self.duplicates_in_a_row = 0
 
     def ask(self) -> LiveTrial | Skipped | LostRace:
@@ -94,11 +101,14 @@ class Asker:
         self.view.changed()
         trial.set_user_attr(DRIVER, self.me)  # heartbeat: datetime_start until the first beat
         params = self.space.suggest(trial)
-        skipped = self._repeat(trial, params) or self._confirmed_already(trial)
+        skipped = self._repeat(trial, params) or self._confirmed_already(trial) or self._segment_taken(trial)
         if skipped is not None:
             return skipped
-        if trial.user_attrs.get(CONFIRMATION_OF) is None and not self._within_budget(trial.number):
+        segment = trial.user_attrs.get(PBT_GENERATION) is not None
+        if trial.user_attrs.get(CONFIRMATION_OF) is None and not segment and not self._within_budget(trial.number):
             return self._yield_budget(trial)
+        if segment and trial.user_attrs.get(SCHEDULE) is None:  # generation 0: its sampled values from iteration 0
+            trial.set_user_attr(SCHEDULE, initial_schedule(params, self.schedulable))
         self.store.record_retry_lineage(trial)
         return self._build(trial, params)
 
@@ -126,8 +136,9 @@ class Asker:
     def _repeat(self, trial: optuna.Trial, params: dict[str, Any]) -> Skipped | None:
         """Never rerun a point: a repeat is told the earlier trial's result (retries and confirmations rerun
         on purpose)."""
-        if trial.user_attrs.get(RETRY_OF) is not None or trial.user_attrs.get(CONFIRMATION_OF) is not None:
-            return None
+        attrs = trial.user_attrs
+        if attrs.get(RETRY_OF) is not None or attrs.get(CONFIRMATION_OF) is not None or PBT_GENERATION in attrs:
+            return None  # a pbt segment continues a lineage: its parent's parameters are its own on purpose
         earlier = self._ran_before(params, trial.number)
         if earlier is None:
             return None
@@ -149,6 +160,27 @@ class Asker:
         self.view.changed()
         return Skipped(f"trial {first} already confirms trial {source}")
 
+    def _segment_taken(self, trial: optuna.Trial) -> Skipped | None:
+        """Two drivers planned the same pbt segment at once and both enqueued it: run the first."""
+        attrs = trial.user_attrs
+        if attrs.get(PBT_GENERATION) is None or attrs.get(RETRY_OF) is not None:
+            return None
+        key = (attrs[PBT_GENERATION], attrs[PBT_MEMBER])
+        for t in self.view.all():
+            if (
+                t.number < trial.number
+                and t.user_attrs.get(RETRY_OF) is None
+                and (t.user_attrs.get(PBT_GENERATION), t.user_attrs.get(PBT_MEMBER)) == key
+            ):
+                trial.set_user_attr(INFEASIBLE, True)
+                trial.set_user_attr(
+                    FAILURE_REASON, f"not run: trial {t.number} runs member {key[1]} of generation {key[0]}"
+                )
+                self.study.tell(trial, state=TrialState.FAIL)
+                self.view.changed()
+                return Skipped(f"trial {t.number} already runs that pbt segment")
+        return None
+
     def _yield_budget(self, trial: optuna.Trial) -> LostRace:
         trial.set_user_attr(INFEASIBLE, True)
         trial.set_user_attr(PRUNED_REASON, "not run: the study reached its trial budget (another driver)")
@@ -168,8 +200,19 @@ class Asker:
         # A confirmation trial carries its seeds (fresh, and the same for every confirmation trial).
         carried = trial.user_attrs.get(SEEDS) if confirmation_of is not None else None
         seeds = [int(s) for s in carried] if carried else self.builder.seeds(list(range(self.spec.seeds)))
+        schedule = trial.user_attrs.get(SCHEDULE)
+        segment = self._segment(trial)
         try:
-            plan = self.builder.build(number, params, trial_dir, resume_from, seeds)
+            plan = self.builder.build(
+                number,
+                params,
+                trial_dir,
+                resume_from,
+                seeds,
+                segment=segment,
+                schedule=schedule_for_config(schedule) if schedule else None,
+                promoted=trial.user_attrs.get(PROMOTED_BASE),
+            )
             if not self.sched.can_ever_fit(plan.options, count=len(seeds)):
                 raise UserError(self._never_fits(plan.options, len(seeds), confirmation_of is not None))
         except UserError as err:
@@ -205,6 +248,17 @@ class Asker:
             live.report_progress(self.objectives, self.pruning)
             trial.set_user_attr(RESUMED_AT_ITERATION, {str(k): v for k, v in start_at.items()})
         return live
+
+    def _segment(self, trial: optuna.Trial) -> Segment | None:
+        """A pbt segment's stop and, for a branch, the folder of the trial it continues."""
+        if self.spec.scheduler is None or trial.user_attrs.get(PBT_GENERATION) is None:
+            return None
+        parent = trial.user_attrs.get(BRANCH_OF)
+        parent_dir = None
+        if parent is not None:
+            found = next((t for t in self.view.all() if t.number == parent), None)
+            parent_dir = str(found.user_attrs.get(TRIAL_DIR)) if found is not None else None
+        return Segment(self.spec.scheduler.interval, parent_dir)
 
     # -- what the study holds -------------------------------------------------------------------------
     def _within_budget(self, number: int) -> bool:

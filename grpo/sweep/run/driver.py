@@ -33,11 +33,12 @@ from grpo.report.best import best_trial
 from grpo.sweep.backends import TrialBackend, load_backend
 from grpo.sweep.execution.scheduler import Finished, JobKey, RayScheduler
 from grpo.sweep.execution.seed_result import Event, SeedStatus, StopReason
+from grpo.sweep.run import pbt
 from grpo.sweep.run.admit import Asker, LostRace, Skipped
 from grpo.sweep.run.interrupt import Interrupt
 from grpo.sweep.run.live import LiveTrial, Objectives
 from grpo.sweep.run.outcome import SeedEnd
-from grpo.sweep.run.preflight import preflight
+from grpo.sweep.run.preflight import check_point, preflight
 from grpo.sweep.run.record import Recorder, TrialsView
 from grpo.sweep.run.snapshot import Messages, Progress, ProgressSnapshot, RunningTrial, StudyRun, TrialFinished
 from grpo.sweep.run.stoppers import Kill, Stop, curve_stop, timeout_stop
@@ -48,7 +49,7 @@ from grpo.sweep.spec.space import SearchSpace, format_params
 from grpo.sweep.study import lease
 from grpo.sweep.study.retry import counts_toward_budget, fail_and_maybe_retry, holds_budget, is_confirmation
 from grpo.sweep.study.store import StudyStore, open_study
-from grpo.trial_attrs import WALL_S
+from grpo.trial_attrs import PBT_SETTINGS, WALL_S
 
 POLL_S = 0.05
 # Backfill: while the oldest asked trial waits for room, up to LOOKAHEAD asked trials wait behind it and any
@@ -80,14 +81,24 @@ def run_study(
     checks = preflight(spec, space, backend, no_plan=no_plan)  # raises UserError before anything is written
     for line in checks.warnings:  # what this machine lacks to launch trials: they may launch elsewhere
         print(f"warning: {line}", file=sys.stderr, flush=True)
+    settings = (
+        pbt.Settings.of(spec.scheduler, checks.base_cfg.megatron_training.train_iters) if spec.scheduler else None
+    )
+    if settings is not None:  # the budget: one trial per segment
+        spec = spec.model_copy(update={"trials": settings.trials})
     study, _ = open_study(spec, base_config=checks.base_cfg.to_dict())
     if checks.inert or INERT_ATTR in study.user_attrs:  # the report's "why" section shows them
         study.set_user_attr(INERT_ATTR, checks.inert)
+    if settings is not None and study.user_attrs.get(PBT_SETTINGS) != settings.as_attr():
+        study.set_user_attr(PBT_SETTINGS, settings.as_attr())
     me = lease.new_driver_identity()
     study.sampler = make_sampler(spec, space, seed=sampler_seed(spec, study, me))
     study.pruner = make_pruner(spec)
     builder = TrialBuilder(spec, space, backend, checks.base_cfg, (me["host"], me["pid"]), no_plan=no_plan)
     driver = _Driver(spec, space, backend, study, builder, me, Messages(progress, quiet), progress, on_trial_finished)
+    if settings is not None:
+        driver.population = population_of(spec, space, backend, settings, no_plan=no_plan)
+        driver.asker.schedulable = driver.population.explored_keys
     driver.loop()
     return StudyRun(study, driver.interrupted)
 
@@ -103,6 +114,23 @@ def sampler_seed(spec: SweepSpec, study: optuna.Study, me: lease.DriverIdentity)
         return spec.sampler.seed
     digest = hashlib.sha256(f"{spec.sampler.seed}:{stored}:{me['id']}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
+
+
+def population_of(
+    spec: SweepSpec, space: SearchSpace, backend: TrialBackend, settings: pbt.Settings, *, no_plan: bool
+) -> pbt.Population:
+    """The pbt planner of ``spec``: explores the schedulable searched keys, only to points that can run."""
+    from grpo.config.schedule import SCHEDULABLE
+
+    seed = str(spec.sampler.seed) if spec.sampler.seed is not None else spec.study
+    return pbt.Population(
+        settings,
+        space,
+        sorted(SCHEDULABLE),
+        spec.directions[0],
+        seed,
+        feasible=lambda params: not check_point(spec, space, backend, params, no_plan=no_plan),
+    )
 
 
 class _Driver:
@@ -132,6 +160,7 @@ class _Driver:
         cluster = spec.cluster
         self.sched = RayScheduler(address=cluster.address, num_cpus=cluster.num_cpus, resources=dict(cluster.resources))
         self.asker = Asker(spec, space, study, self.store, self.view, builder, self.sched, me, messages)
+        self.population: pbt.Population | None = None  # spec ``scheduler: {kind: pbt}``
 
     # -- the loop -------------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -202,6 +231,8 @@ class _Driver:
     def _admit(self) -> None:
         """Fill the free slots: start waiting trials that fit, ask for new ones while the budget allows;
         then, once the search is over, the confirmation stage."""
+        if self.population is not None:
+            self._plan_population()
         while len(self.live) < self.spec.concurrency:
             if self._launch():
                 continue
@@ -215,6 +246,20 @@ class _Driver:
                 self.waiting.append(asked)
         if self.spec.confirm is not None and not self.recorder.stage_started and self._search_finished():
             self.recorder.start_confirmation()
+
+    def _plan_population(self) -> None:
+        """Enqueue the pbt segments that are missing (a generation's start, or what a crash lost)."""
+        assert self.population is not None
+        segments = self.population.missing(self.view.all())
+        if not segments:
+            return
+        interval = self.population.settings.interval
+        for segment in segments:
+            self.store.enqueue_segment(segment.params, segment.user_attrs(interval))
+        self.view.changed()
+        generation = segments[0].generation
+        lines = "; ".join(s.describe() for s in segments)
+        self.messages.say(f"pbt generation {generation} (from iteration {generation * interval}): {lines}")
 
     def _launch(self) -> bool:
         """Start the oldest waiting trial that fits now (gang admission: all its seeds at once); True if one did.
@@ -254,15 +299,21 @@ class _Driver:
         return self.spec.trials - sum(1 for t in self.view.all() if holds_budget(t))
 
     def _search_spent(self) -> bool:
+        if self.population is not None:
+            return self.population.finished(self.view.all())
         return self.asker.exhausted or self._budget_left() <= 0
 
     def _may_ask(self) -> bool:
+        if self.population is not None:  # only what was enqueued: segments, their retries, confirmations
+            return bool(self.view.waiting())
         return not self._search_spent() or self._confirmations_waiting()
 
     def _search_finished(self) -> bool:
         """The search is over and none of its trials runs here: the confirmation stage may rank them."""
         if self.waiting or any(lv.confirmation_of is None for lv in self.live.values()):
             return False
+        if self.population is not None:
+            return self.population.finished(self.view.all())
         counted = sum(1 for t in self.view.all() if counts_toward_budget(t))
         return self.asker.exhausted or counted >= self.spec.trials
 

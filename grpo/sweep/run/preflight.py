@@ -101,6 +101,12 @@ def preflight(
     searched = backend.check_search(space.keys, spec.source)  # a key the backend would not vary
     if searched:
         raise UserError(searched[0], searched)
+    branching = branch_problems(spec, space, backend, base_cfg)
+    if branching.problems:
+        raise UserError(branching.problems[0], branching.problems)
+    promoted = promotion_problems(spec, backend, no_plan=no_plan)
+    if promoted:
+        raise UserError(promoted[0], promoted)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     checked: list[tuple[dict[str, Any], list[str]]] = []
     configs = [base_cfg]
@@ -120,4 +126,54 @@ def preflight(
             [f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked)", *first[:10]],
         )
     check_storage(spec)  # what opening the study would find (a folder in its place, no driver, no answer)
+    warnings += branching.warnings
     return Preflight(base_cfg, checked, warnings + [f"{spec.source}: {line}" for line in inert], inert)
+
+
+@dataclass
+class Branching:
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def branch_problems(spec: SweepSpec, space: SearchSpace, backend: TrialBackend, base_cfg: GRPOConfig) -> Branching:
+    """What keeps a pbt spec from running (its population branches every ``interval`` iterations of a run of
+    the base config's ``train_iters``), and what it would explore (a warning when nothing)."""
+    out = Branching()
+    if spec.scheduler is None:
+        return out
+    from grpo.config.schedule import SCHEDULABLE
+
+    where, interval = f"{spec.source}: scheduler.interval", spec.scheduler.interval
+    train_iters = base_cfg.megatron_training.train_iters
+    if "megatron_training.train_iters" in space.keys:
+        out.problems.append(
+            f"{spec.source}: search.megatron_training.train_iters: a pbt population trains one length, not searched"
+        )
+    elif interval >= train_iters:
+        out.problems.append(
+            f"{where}: {interval} is not shorter than megatron_training.train_iters ({train_iters}): "
+            "nothing would branch"
+        )
+    out.problems += [f"{spec.source}: scheduler: {line}" for line in backend.branch_problems(base_cfg)]
+    explored = [k for k in space.keys if k in SCHEDULABLE]
+    if not explored:
+        out.warnings.append(
+            f"{spec.source}: scheduler: no searched key can change during a run (schedulable: "
+            f"{', '.join(sorted(SCHEDULABLE))}): branches copy the top members and explore nothing"
+        )
+    return out
+
+
+def promotion_problems(spec: SweepSpec, backend: TrialBackend, *, no_plan: bool) -> list[str]:
+    """``confirm.base`` (with ``confirm.overrides``) must compose and be a config the backend can run: the
+    confirmation stage would otherwise fail hours into the study."""
+    confirm = spec.confirm
+    if confirm is None or confirm.base is None:
+        return []
+    where = f"{spec.source}: confirm.base: {confirm.base}"
+    try:
+        cfg = load_config(confirm.base, list(confirm.overrides))
+    except UserError as err:
+        return [f"{where}: {line}" for line in err.problems]
+    return [f"{where}: {line}" for line in trial_problems(spec, cfg, backend, no_plan=no_plan)]

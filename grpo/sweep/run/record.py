@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.engine.metrics import add_final_scalars, tensorboard_dir
-from grpo.report.best import ranked
+from grpo.report.best import comparable, ranked
 from grpo.report.stats import Interval, verdict
 from grpo.sweep.backends import TrialBackend
 from grpo.sweep.execution.trial_storage import local_folder
@@ -31,7 +31,9 @@ from grpo.trial_attrs import (
     NODE,
     NODE_ID,
     NPU_S,
+    PROMOTED_BASE,
     PRUNED_REASON,
+    SCHEDULE,
     SEEDS,
     VALUE_INTERVAL,
     VALUE_SPREAD,
@@ -214,10 +216,15 @@ class Recorder:
         seeds = self.builder.seeds(self.spec.confirmation_seed_offsets())
         for source in missing:
             attrs = {CONFIRMATION_OF: source.number, ATTEMPT: 1, SEEDS: seeds}
+            if source.user_attrs.get(SCHEDULE):  # a pbt lineage: replayed from scratch with its whole schedule
+                attrs[SCHEDULE] = source.user_attrs[SCHEDULE]
+            if confirm.base is not None:  # promotion: the same points on the target base
+                attrs[PROMOTED_BASE] = confirm.base
             self.store.enqueue_confirmation(source.params, attrs)
         self.view.changed()
         sources = ", ".join(str(t.number) for t in missing)
-        self.messages.say(f"confirmation stage: trial(s) {sources} rerun on fresh seeds {seeds}")
+        where = f" on {confirm.base}" if confirm.base is not None else ""
+        self.messages.say(f"confirmation stage: trial(s) {sources} rerun{where} on fresh seeds {seeds}")
 
     def _print_verdict(self) -> None:
         """Once no confirmation trial runs or waits any more: the winner, its interval, and whether it is
@@ -225,7 +232,7 @@ class Recorder:
         trials = self.view.all()
         if any(is_confirmation(t) and t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials):
             return
-        found = verdict(trials, self.study.directions[0])
+        found = verdict(comparable(self.study, trials), self.study.directions[0])
         if found is not None:
             self.messages.say(found.text())
 

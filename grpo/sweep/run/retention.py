@@ -44,7 +44,7 @@ from grpo.report.best import pareto_front
 from grpo.sweep.execution.trial_storage import open_storage, run_path
 from grpo.sweep.spec.models import KeepRule
 from grpo.sweep.study.retry import is_confirmation
-from grpo.trial_attrs import RESUME_FROM, RETRIED, RETRY_OF, SEEDS, TRIAL_DIR
+from grpo.trial_attrs import BRANCH_OF, PBT_GENERATION, PBT_SETTINGS, RESUME_FROM, RETRIED, RETRY_OF, SEEDS, TRIAL_DIR
 
 RUN_DIR = re.compile(r"^seed\d+$")  # <trial_dir>/runs/seed<k>
 ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -65,20 +65,23 @@ def kept_by_rule(study: optuna.Study, trials: Sequence[FrozenTrial], rule: KeepR
     return kept
 
 
-def needed_for_resume(trials: Sequence[FrozenTrial]) -> set[int]:
+def needed_for_resume(trials: Sequence[FrozenTrial], generations: int | None = None) -> set[int]:
     """The trials whose checkpoints a run or a resume may still read.
 
     A RUNNING or WAITING trial, a FAIL trial marked ``retried`` none of whose retries has ended, and, from each
-    of them, the chain of folders it resumes from (``resume_from``, then that trial's own ``resume_from``...).
+    of them, the chain of folders it resumes from (``resume_from``, then that trial's own ``resume_from``...);
+    in a pbt study also a running branch's parent and the next generation's parents (``next_parents``).
     """
     by_dir = {str(t.user_attrs[TRIAL_DIR]): t for t in trials if t.user_attrs.get(TRIAL_DIR)}
     retries_ended = {t.user_attrs.get(RETRY_OF) for t in trials if t.state in ENDED}
-    needed: set[int] = set()
+    needed: set[int] = set(next_parents(trials, generations))
     for t in trials:
         pending_retry = t.state == TrialState.FAIL and t.user_attrs.get(RETRIED) and t.number not in retries_ended
         if t.state not in ACTIVE and not pending_retry:
             continue
         needed.add(t.number)
+        if t.user_attrs.get(BRANCH_OF) is not None:  # a branch's retry with no checkpoint of its own starts there
+            needed.add(int(t.user_attrs[BRANCH_OF]))
         source = t.user_attrs.get(RESUME_FROM)
         while source:
             parent = by_dir.get(str(source))
@@ -89,13 +92,24 @@ def needed_for_resume(trials: Sequence[FrozenTrial]) -> set[int]:
     return needed
 
 
+def next_parents(trials: Sequence[FrozenTrial], generations: int | None) -> list[int]:
+    """A pbt study's complete segments of its newest generation unless that is its last (``generations``): the
+    next generation branches from their checkpoints, enqueued once the whole generation has ended."""
+    found = [int(t.user_attrs[PBT_GENERATION]) for t in trials if t.user_attrs.get(PBT_GENERATION) is not None]
+    if not found or (generations is not None and max(found) >= generations - 1):
+        return []
+    newest = max(found)
+    return [t.number for t in trials if t.user_attrs.get(PBT_GENERATION) == newest and t.state == TrialState.COMPLETE]
+
+
 def removable(study: optuna.Study, rule: KeepRule, trials: Sequence[FrozenTrial] | None = None) -> list[FrozenTrial]:
     """The ended trials with a folder whose checkpoints neither ``rule`` nor a resume keeps, by number
     (``trials``: the study's trials as read already)."""
     if rule == "all":
         return []
     trials = study.get_trials(deepcopy=False) if trials is None else trials
-    keep = kept_by_rule(study, trials, rule) | needed_for_resume(trials)
+    generations = (study.user_attrs.get(PBT_SETTINGS) or {}).get("generations")
+    keep = kept_by_rule(study, trials, rule) | needed_for_resume(trials, generations)
     return [t for t in trials if t.state in ENDED and t.user_attrs.get(TRIAL_DIR) and t.number not in keep]
 
 

@@ -32,6 +32,15 @@ PATH_KEYS = ("megatron_training.data_path", "megatron_training.tokenizer_name_or
 RESUME_OVERRIDES = tuple(f"{key}=false" for key in RESUME_KEYS)  # a run resuming from its own checkpoint
 
 
+@dataclass(frozen=True)
+class Segment:
+    """What makes a trial a pbt segment for the builder: it stops at the end of its generation
+    (``interval``: ``engine.exit_interval``) and, with no checkpoint of its own, starts from its parent's."""
+
+    interval: int
+    parent_dir: str | None  # the parent trial's folder; None in generation 0
+
+
 @dataclass
 class TrialPlan:
     """A trial ready to launch: what to run (``jobs``, one per seed), where (``options``, per seed), and
@@ -103,7 +112,16 @@ class TrialBuilder:
         return [self.base_seed + k for k in offsets]
 
     def build(
-        self, number: int, params: dict[str, Any], trial_dir: Path, resume_from: str | None, seeds: list[int]
+        self,
+        number: int,
+        params: dict[str, Any],
+        trial_dir: Path,
+        resume_from: str | None,
+        seeds: list[int],
+        *,
+        segment: Segment | None = None,
+        schedule: dict[str, dict[int, Any]] | None = None,
+        promoted: str | None = None,
     ) -> TrialPlan:
         """The plan of trial ``number`` running ``seeds``; UserError (every problem) when it must not launch.
 
@@ -113,10 +131,13 @@ class TrialBuilder:
         the name of its dir) and the worker runs the seed in node-local scratch (grpo.sweep.execution.trial_storage).
         """
         spec = self.spec
+        base, fixed = self.base_and_overrides(promoted)
         sampled = self.space.to_overrides(params)
         param_overrides = list(sampled)
         if not self.backend.keeps_relative_paths:
             param_overrides += absolute_paths(self.base_cfg, sampled)
+        if segment is not None:  # a pbt segment stops (with a checkpoint) at the end of its generation
+            param_overrides.append(f"engine.exit_interval={segment.interval}")
         jobs = []
         for k, seed in enumerate(seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
@@ -132,18 +153,28 @@ class TrialBuilder:
             extra += tracking_overrides(spec, number, k, sampled)
             resume = False
             if resume_from and stored is not None:
-                old_run = run_path(int(Path(resume_from).name), k)
-                if open_storage(stored.study).iteration(old_run) is not None:
-                    # actor_config.load stays the config's own (a backend may check it names weights here): the
-                    # worker points it at the checkpoint it downloads into scratch.
-                    extra += list(RESUME_OVERRIDES)
-                    stored, resume = replace(stored, resume=old_run), True
+                for source in (resume_from, segment.parent_dir if segment is not None else None):
+                    old_run = run_path(int(Path(source).name), k) if source else None
+                    if old_run is not None and open_storage(stored.study).iteration(old_run) is not None:
+                        # actor_config.load stays the config's own (a backend may check it names weights here):
+                        # the worker points it at the checkpoint it downloads into scratch.
+                        extra += list(RESUME_OVERRIDES)
+                        stored, resume = replace(stored, resume=old_run), True
+                        break
             elif resume_from:
-                old_ckpt = (Path(resume_from) / "runs" / f"seed{k}" / "ckpt").resolve()
-                if checkpoint_iteration(old_ckpt) is not None:
-                    extra += [f"actor_config.load={old_ckpt}", *RESUME_OVERRIDES]
-                    resume = True
-            cfg = load_config(spec.base, [*spec.overrides, *param_overrides, *extra])
+                for source in (resume_from, segment.parent_dir if segment is not None else None):
+                    old_ckpt = (Path(source) / "runs" / f"seed{k}" / "ckpt").resolve() if source else None
+                    if old_ckpt is not None and checkpoint_iteration(old_ckpt) is not None:
+                        extra += [f"actor_config.load={old_ckpt}", *RESUME_OVERRIDES]
+                        resume = True
+                        break
+            if segment is not None and segment.parent_dir is not None and not resume:
+                raise UserError(
+                    f"trial {number} branches from {segment.parent_dir}, which holds no checkpoint for seed {k}"
+                )
+            cfg = load_config(base, [*fixed, *param_overrides, *extra])
+            if schedule:
+                cfg.schedule = schedule  # validated on assignment (grpo.config.schedule)
             run = SeedRun(seed=seed, cfg=cfg, run_dir=str(run_dir), storage=stored)
             jobs.append(SeedJob(number, k, self.backend, run, resume, self.driver_host, self.driver_pid))
         first = jobs[0].run.cfg
@@ -151,8 +182,16 @@ class TrialBuilder:
         if problems:
             raise UserError(problems[0], problems)
         options = self.backend.resources(first)
-        overrides = [*spec.overrides, *sampled]
+        overrides = [*fixed, *sampled]
         return TrialPlan(jobs, options, overrides, first.to_dict())
+
+    def base_and_overrides(self, promoted: str | None) -> tuple[str, list[str]]:
+        """The config a trial composes: the spec's base and overrides, or a promoted confirmation's
+        (``confirm.base`` and ``confirm.overrides``)."""
+        confirm = self.spec.confirm
+        if promoted is not None and confirm is not None and confirm.base is not None:
+            return promoted, list(confirm.overrides)
+        return self.spec.base, list(self.spec.overrides)
 
 
 def _quoted(value: str) -> str:

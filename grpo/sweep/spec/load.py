@@ -68,9 +68,9 @@ def _problems(error: ValidationError, source: str, objective_was_list: bool) -> 
         if loc[-2:] == ("cluster", "resources") and ": " in message:  # a rule about one resource
             name, _, rest = message.partition(": ")
             return (*loc, name), rest
-        for key in ("objective", "confirm"):  # a whole-spec rule about one key: shown at that key
+        for key in ("objective", "confirm", "scheduler", "trials", "pruner.name"):  # a whole-spec rule: at that key
             if message.startswith(f"{key}: "):
-                return (key,), message[len(key) + 2 :]
+                return tuple(key.split(".")), message[len(key) + 2 :]
         return loc, message
 
     return validation_lines(error, source, suggest=_suggest_spec_key, plain_values=True, relocate=relocate)
@@ -201,6 +201,12 @@ def load_spec(
         problems += _override_problems(base, spec.overrides, source)
     if base is not None and space is not None and not problems:
         problems += _searched_value_problems(base, spec.overrides, space, source)
+    if spec.confirm is not None and spec.confirm.base is not None:  # promotion: resolved as `base` is
+        promoted, problem = _resolve_base(spec.confirm.base, spec_path.parent, source)
+        if problem:
+            problems.append(problem.replace(f"{source}: base: ", f"{source}: confirm.base: ", 1))
+        else:
+            spec = spec.model_copy(update={"confirm": spec.confirm.model_copy(update={"base": promoted})})
     if problems or base is None or space is None:
         raise UserError(problems[0], problems=problems)
     located = spec.located(spec_path, base, warnings=[])

@@ -232,6 +232,28 @@ class PlanSpec(_Strict):
     enabled: bool = True
 
 
+class ExploreSpec(_Strict):
+    """How a branch changes the parameters it copied (Ray Tune's ``PopulationBasedTraining`` explore step):
+    each schedulable searched key is resampled from its search space with ``resample_probability``, else
+    multiplied by one of ``perturb`` (a choice or an integer moves to a neighbouring value), within its bounds."""
+
+    resample_probability: float = Field(0.25, ge=0, le=1)
+    perturb: list[Annotated[float, Field(gt=0)]] = Field(default_factory=lambda: [0.8, 1.2], min_length=1)
+
+
+class SchedulerSpec(_Strict):
+    """``scheduler: {kind: pbt, ...}``: population-based branching. ``population`` trials run; every
+    ``interval`` iterations the members in the bottom ``quantile`` continue from a copy of a top member's
+    checkpoint (weights, optimizer, KL controller, data position) with explored parameters; each segment
+    of ``interval`` iterations is one trial of the study."""
+
+    kind: Literal["pbt"] = "pbt"
+    population: int = Field(4, ge=2)
+    interval: int = Field(ge=1)
+    quantile: float = Field(0.25, gt=0, le=0.5)
+    explore: ExploreSpec = Field(default_factory=ExploreSpec)
+
+
 class ConfirmSpec(_Strict):
     """The confirmation stage: once the search budget is spent, the ``top_k`` best complete trials run
     again on ``seeds`` fresh seeds (the same seeds for each, so they pair by seed); their values decide
@@ -239,6 +261,10 @@ class ConfirmSpec(_Strict):
 
     top_k: int = Field(3, ge=1)
     seeds: int = Field(5, ge=2)
+    # Promotion: rerun the top k on another base config (a larger model, the NPU config) with these
+    # overrides instead of the spec's; the report says whether the ranking held there.
+    base: str | None = Field(None, min_length=1)
+    overrides: list[str] = Field(default_factory=list)
 
     @field_validator("seeds", mode="before")
     @classmethod
@@ -280,6 +306,7 @@ class SweepSpec(_Strict):
     mindspeed: MindSpeedSpec = Field(default_factory=MindSpeedSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
     confirm: ConfirmSpec | None = None  # absent: no confirmation stage
+    scheduler: SchedulerSpec | None = None  # absent: every trial runs from the start (no branching)
 
     _path: Path | None = PrivateAttr(default=None)
     _base_as_written: str | None = PrivateAttr(default=None)
@@ -353,6 +380,34 @@ class SweepSpec(_Strict):
             raise ValueError(
                 f"confirm: ranks trials by one objective, but the spec has {len(self.objectives)}; "
                 "remove confirm or keep one objective"
+            )
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pbt_prunes_nothing(cls, data: Any) -> Any:
+        """A pbt study's pruner is ``none`` unless the spec says otherwise (which ``_pbt_rules`` refuses)."""
+        if isinstance(data, dict) and data.get("scheduler") is not None and "pruner" not in data:
+            return {**data, "pruner": {"name": "none"}}
+        return data
+
+    @model_validator(mode="after")
+    def _pbt_rules(self) -> SweepSpec:
+        if self.scheduler is None:
+            return self
+        if self.multi_objective:
+            raise ValueError(
+                f"scheduler: pbt ranks members by one objective, but the spec has {len(self.objectives)}; keep one"
+            )
+        if "trials" in self.model_fields_set:
+            raise ValueError(
+                "trials: a pbt study runs population x generations trials (one per segment); remove trials and "
+                "set scheduler.population"
+            )
+        if self.pruner.name != "none":
+            raise ValueError(
+                f"pruner.name: {self.pruner.name} compares trials at equal steps, which pbt segments are not; "
+                "set pruner.name: none (the collapse rule may stay)"
             )
         return self
 

@@ -11,17 +11,26 @@ from grpo.report.best import is_repeat
 from grpo.sweep.study.store import StudyStore
 from grpo.trial_attrs import (
     ATTEMPT,
+    BRANCH_OF,
+    BRANCHED_AT,
     CONFIRMATION_OF,
+    EXPLOITED,
     FAILURE_REASON,
     GAVE_UP,
     INFEASIBLE,
     LAST_LOG_LINES,
+    PBT_GENERATION,
+    PBT_MEMBER,
+    PROMOTED_BASE,
     RESUME_FROM,
     RETRIED,
     RETRY_OF,
+    SCHEDULE,
     SEEDS,
     TRIAL_DIR,
 )
+
+SEGMENT_ATTRS = (PBT_MEMBER, PBT_GENERATION, BRANCH_OF, BRANCHED_AT, EXPLOITED, SCHEDULE)
 
 
 def fail_and_maybe_retry(
@@ -56,10 +65,16 @@ def fail_and_maybe_retry(
                 retry_attrs[RESUME_FROM] = trial.user_attrs[RESUME_FROM]
         elif resumable and trial.user_attrs.get(TRIAL_DIR):
             retry_attrs[RESUME_FROM] = trial.user_attrs[TRIAL_DIR]
+        # A pbt segment's retry stays that segment (member, generation, parent, schedule); with no checkpoint of
+        # its own it starts from its parent's, as the segment did (grpo.sweep.run.pbt).
+        retry_attrs.update({k: trial.user_attrs[k] for k in SEGMENT_ATTRS if k in trial.user_attrs})
         if is_confirmation(trial):  # the retry stays a confirmation trial: same seeds, no budget
             retry_attrs[CONFIRMATION_OF] = trial.user_attrs[CONFIRMATION_OF]
             if trial.user_attrs.get(SEEDS):
                 retry_attrs[SEEDS] = list(trial.user_attrs[SEEDS])
+            for key in (SCHEDULE, PROMOTED_BASE):  # what it replays, where
+                if key in trial.user_attrs:
+                    retry_attrs[key] = trial.user_attrs[key]
         store.enqueue_retry(trial, retry_attrs)
     return retry
 

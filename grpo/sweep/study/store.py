@@ -214,6 +214,8 @@ def fingerprint(spec: SweepSpec) -> str:
         "search": search,
         "objectives": [o.model_dump() for o in spec.objectives],
     }
+    if spec.scheduler is not None:  # a pbt study's trials are segments of its population: not comparable otherwise
+        payload["scheduler"] = spec.scheduler.model_dump()
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -386,6 +388,10 @@ class StudyStore:
         lineage attrs are added when the retry is asked (``record_retry_lineage``).
         """
         self.study.enqueue_trial(dict(trial.params), user_attrs=user_attrs, skip_if_exists=False)
+
+    def enqueue_segment(self, params: dict[str, Any] | None, user_attrs: dict[str, Any]) -> None:
+        """Enqueue a pbt segment: a branch's parameters (fixed), or none for generation 0 (the sampler's)."""
+        self.study.enqueue_trial(dict(params or {}), user_attrs=user_attrs, skip_if_exists=False)
 
     def enqueue_confirmation(self, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
         """Enqueue ``params`` as a new trial of the confirmation stage (``user_attrs`` name its source)."""

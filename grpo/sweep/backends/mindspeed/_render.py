@@ -114,6 +114,10 @@ def render_trial_config(
     start = 0
     if resume_from is not None:
         start = checkpoint_iteration(resume_from) or 0
+    if cfg.engine.exit_interval:  # a pbt segment: MindSpeed-RL has no exit interval, it stops at train_iters
+        end = (start // cfg.engine.exit_interval + 1) * cfg.engine.exit_interval
+        trainer.setdefault("megatron_training", {})["train_iters"] = min(cfg.megatron_training.train_iters, end)
+    if resume_from is not None:
         actor.update(load=str(resume_from), finetune=False, no_load_optim=False, no_load_rng=False)
         # The reference model must load the starting weights, not the resumed policy. Without a
         # mindspeed.checkpoints entry, actor_config.load now names the resume path: ask the attempt

@@ -137,7 +137,10 @@ class MindSpeedBackend(TrialBackend):
                 f"{src}: rl_config.use_kl_in_reward: MindSpeed-RL applies it in its PPO trainer only (its GRPO and "
                 f"DAPO trainers ignore it), so remove it or use backend: embedded"
             )
-        return problems
+        return problems + segment_problems(cfg, src)
+
+    def branch_problems(self, cfg: GRPOConfig) -> list[str]:
+        return segment_problems(cfg, self.source, segments=True)
 
     def node_problems(self, cfg: GRPOConfig) -> list[str]:
         """What the machine running this lacks to launch ``cfg`` (checkout, interpreter, weights, tokenizer)."""
@@ -314,3 +317,30 @@ class MindSpeedBackend(TrialBackend):
                 "MindSpeed-RL exited without printing any iteration line (see train.log)", list(tail)[-REPORTED_LINES:]
             )
         return summary
+
+
+def segment_problems(cfg: GRPOConfig, src: str, *, segments: bool = False) -> list[str]:
+    """What MindSpeed-RL cannot do of a schedule or a pbt segment (``segments``: the config will run as one).
+
+    MindSpeed-RL has no schedule and no exit interval: a segment launches as a resume of its parent's checkpoint
+    with ``train_iters`` cut at the segment's end (``render_trial_config``), its values constant. That equals the
+    longer run only while the learning rate does not depend on ``train_iters`` (Megatron's scheduler decays and
+    warms up over it), and a schedule may change a value only where a segment starts.
+    """
+    actor, problems = cfg.actor_config, []
+    interval = cfg.engine.exit_interval
+    if (segments or interval) and (actor.lr_decay_style != "constant" or actor.lr_warmup_fraction > 0):
+        problems.append(
+            f"{src}: actor_config.lr_decay_style: pbt segments run on MindSpeed-RL as resumes cut at the segment's "
+            f"end, where Megatron's lr schedule ({actor.lr_decay_style}, warmup {actor.lr_warmup_fraction:g}) would "
+            f"span the segment, not the run; use lr_decay_style: constant with no warmup, or backend: embedded"
+        )
+    for key, points in sorted((cfg.schedule or {}).items()):
+        moves = sorted(int(at) for at in points if int(at) > 0)
+        inside = [at for at in moves if not interval or at % interval]
+        if inside:
+            problems.append(
+                f"{src}: schedule.{key}: MindSpeed-RL cannot change a value during a run (iteration {inside[0]}); "
+                f"a schedule runs there only as pbt segments that start where it changes"
+            )
+    return problems
