@@ -217,3 +217,17 @@ def test_outcomes_follow_retries_to_the_last_attempt():
     found = pbt.Population.outcomes([failed, retry])
     assert found[(0, 0)].number == 4
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_two_branches_of_one_parent_never_train_the_same_run():
+    # Same checkpoint, same RNG state, same values: the same run twice. With no resampling and a single
+    # perturbation factor the explore step has few outcomes (lr x 1.2, the clip ratio one step either way), so
+    # for many seeds two branches of one parent would collide; the plan gives each branch its own values.
+    spec = SchedulerSpec(
+        population=4, interval=10, quantile=0.5, explore={"resample_probability": 0.0, "perturb": [1.2]}
+    )
+    gen0 = [segment(n, 0, n, v) for n, v in enumerate([0.1, 0.2, 0.7, 0.9])]
+    for seed in range(20):
+        pop = pbt.Population(pbt.Settings.of(spec, train_iters=30), SPACE, SCHEDULABLE, "maximize", seed=str(seed))
+        branches = [(s.parent.number, tuple(sorted(s.params.items()))) for s in pop.missing(gen0) if s.exploited]
+        assert len(branches) == 2 and len(set(branches)) == 2, (seed, branches)

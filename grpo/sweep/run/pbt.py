@@ -261,7 +261,10 @@ class Population:
         top = ranked[-n:] if n else ranked[-1:]
         bottom = {t.number for t in ranked[:n]}
         at = (generation + 1) * self.settings.interval
-        segments = []
+        segments: list[Segment] = []
+        # (parent, values) already in the next generation: a branch equal to one of them would train the very
+        # same run (same checkpoint, same RNG state), so its explore step draws again.
+        taken = {(own.number, _key(own.params)) for own in ranked if own.number not in bottom}
         for m in range(self.settings.population):
             own = outcomes.get((generation, m))
             if own is not None and own.state == TrialState.COMPLETE and own.number not in bottom:
@@ -271,15 +274,18 @@ class Population:
                 continue
             rng = random.Random(f"{self.seed}:pbt:{generation + 1}:{m}")
             parent = rng.choice(top)
-            params = self.explore(dict(parent.params), rng)
+            params = self.explore(dict(parent.params), rng, taken={k for p, k in taken if p == parent.number})
+            taken.add((parent.number, _key(params)))
             schedule = extended(parent.user_attrs.get(SCHEDULE) or {}, params, at, self.explored_keys)
             segments.append(Segment(m, generation + 1, params, parent, exploited=True, schedule=schedule))
         return segments
 
     # -- explore ----------------------------------------------------------------------------------------
-    def explore(self, params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    def explore(
+        self, params: dict[str, Any], rng: random.Random, taken: set[tuple[Any, ...]] | None = None
+    ) -> dict[str, Any]:
         """``params`` with each explorable key resampled or perturbed (``MAX_EXPLORE_DRAWS`` tries at a point
-        that passes ``feasible``; else ``params`` unchanged)."""
+        that passes ``feasible`` and is not in ``taken``; else ``params`` unchanged)."""
         if not self.explored_keys:
             return params
         distributions = self.space.distributions()
@@ -288,6 +294,8 @@ class Population:
             for key in self.explored_keys:
                 if key in out:
                     out[key] = explore_value(out[key], distributions[key], rng, self.settings)
+            if taken and _key(out) in taken:
+                continue
             if self.feasible is None or self.feasible(out):
                 return out
         return params
@@ -321,6 +329,10 @@ def explore_value(value: Any, dist: BaseDistribution, rng: random.Random, settin
             moved = dist.low + round((moved - dist.low) / dist.step) * dist.step
         return _tidy(min(dist.high, max(dist.low, moved)))
     return value
+
+
+def _key(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted(params.items()))
 
 
 def _tidy(x: float) -> float:
