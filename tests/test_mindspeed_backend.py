@@ -104,6 +104,33 @@ def test_resume_sets_mindspeeds_resume_keys(tmp_path, weights):
     assert ref == str(weights / "qwen7b-tp2-pp2")  # the reference model keeps the original weights
 
 
+def test_a_pbt_branch_launches_from_its_parents_checkpoint_cut_at_its_generations_end(tmp_path, weights):
+    # MindSpeed-RL has no exit interval: the segment is a resume of the parent's Megatron checkpoint (optimizer
+    # and RNG included) with train_iters cut where the generation ends; MindSpeed-RL saves at the last
+    # iteration (grpo_trainer_hybrid.py: `iteration % save_interval == 0 or iteration == train_iters`).
+    settings = settings_for(weights)
+    parent = tmp_path / "trials" / "3" / "runs" / "seed0"
+    render_trial_config(config("engine.exit_interval=10"), parent, settings, resume=False)
+    (parent / "ckpt").mkdir(parents=True)
+    (parent / "ckpt" / "latest_checkpointed_iteration.txt").write_text("20")
+    branch = config(
+        f"actor_config.load={parent / 'ckpt'}", "actor_config.finetune=false", "engine.exit_interval=10",
+        "megatron_training.train_iters=50", "rl_config.clip_ratio=0.28",
+    )
+    plan = render_trial_config(branch, tmp_path / "trials" / "7" / "runs" / "seed0", settings, resume=True)
+    actor = plan.trainer["actor_config"]
+    assert actor["load"] == str(parent / "ckpt") and plan.start_iteration == 20
+    assert (actor["finetune"], actor["no_load_optim"], actor["no_load_rng"]) == (False, False, False)
+    assert plan.trainer["megatron_training"]["train_iters"] == 30  # the generation [20, 30), not the run's 50
+    assert plan.trainer["rl_config"]["clip_ratio"] == 0.28  # its explored value, constant over the segment
+    assert "engine" not in plan.trainer and "schedule" not in plan.trainer  # grpo-sweep's own keys stay here
+    ref = plan.trainer["rl_config"]["integrated_mode_config"]["ref_model_load_path"]
+    assert ref == str(weights / "qwen7b-tp2-pp2")  # the reference stays the starting weights
+    last = config(f"actor_config.load={parent / 'ckpt'}", "engine.exit_interval=40", "megatron_training.train_iters=50")
+    plan = render_trial_config(last, tmp_path / "trials" / "8" / "runs" / "seed0", settings, resume=True)
+    assert plan.trainer["megatron_training"]["train_iters"] == 40
+
+
 def test_resume_without_checkpoint_table_recovers_original_weights_from_the_failed_attempt(tmp_path, weights):
     first = tmp_path / "a" / "runs" / "seed0"
     with_pattern = settings_for(weights)

@@ -22,6 +22,8 @@ from rich.console import Console
 from sweep_helpers import REPO, TESTS, count_lines, load, run_cli, start_cli, states, wait_for, write_spec
 from sweep_test_backends import BASE_SEED
 
+from grpo.errors import UserError
+from grpo.report.trial_config import recorded_config
 from grpo.report.stats import trial_interval
 from grpo.sweep.commands import handlers as commands
 from grpo.sweep.run.driver import run_study
@@ -372,3 +374,38 @@ def test_validate_prints_what_the_confirmation_stage_costs(tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert "confirmation stage: the top 3 trial(s) again on 5 fresh seeds each (run at once) ~ 180 more GRPO " \
            "iterations (+188% of the search)" in " ".join(out.split())
+
+
+def test_promotion_reruns_the_top_trials_on_another_base_with_its_own_overrides(tmp_path, monkeypatch):
+    # confirm.base: the confirmation trials compose that config with confirm.overrides (the spec's overrides
+    # belong to the small base) and the sampled values; their attrs name the base the report ranks them on.
+    promoted = tmp_path / "big.yaml"
+    promoted.write_text("defaults:\n  - grpo_trainer_tiny_cpu\n  - _self_\nmegatron_training:\n  train_iters: 9\n")
+    fields = {**CONFIRM, "pruner": "none"}
+    fields["confirm"] = {"top_k": 2, "seeds": 2, "base": "big.yaml",
+                         "overrides": ["megatron_training.save_interval=3", "rl_config.entropy_coeff=0.001"]}
+    spec = _spec(tmp_path, monkeypatch, backend="sweep_test_backends:SeedCurveBackend", **fields)
+    assert spec.confirm is not None and spec.confirm.base == str(promoted.resolve())
+    study = run_study(spec).study
+    confirmations = _confirmations(study)
+    assert len(confirmations) == 2
+    for t in confirmations:
+        assert t.user_attrs["promoted_base"] == str(promoted.resolve())
+        config = recorded_config(t, study).config
+        assert config["megatron_training"]["train_iters"] == 9  # the promoted base's, not the spec's 12
+        assert config["rl_config"]["entropy_coeff"] == 0.001 and config["megatron_training"]["save_interval"] == 3
+        source = study.trials[t.user_attrs["confirmation_of"]]
+        assert config["rl_config"]["clip_ratio"] == source.params["rl_config.clip_ratio"]
+        assert sorted({r["iteration"] for rows in _rows(t).values() for r in rows}) == list(range(1, 10))
+    search = [t for t in study.trials if t.user_attrs.get("confirmation_of") is None]
+    assert all(recorded_config(t, study).config["megatron_training"]["train_iters"] == 12 for t in search)
+
+
+def test_a_promotion_base_that_does_not_compose_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    fields = {**CONFIRM, "confirm": {"top_k": 2, "seeds": 2, "base": "grpo_trainer_tiny_cpu",
+                                     "overrides": ["rl_config.clip_ratio=7"]}}
+    spec = _spec(tmp_path, monkeypatch, backend="sweep_test_backends:SeedCurveBackend", **fields)
+    with pytest.raises(UserError) as err:
+        run_study(spec)
+    assert str(err.value).startswith(f"{spec.source}: confirm.base: grpo_trainer_tiny_cpu: ")
+    assert not (tmp_path / "studies").exists()
