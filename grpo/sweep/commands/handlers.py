@@ -393,14 +393,14 @@ def validate_spec(args: argparse.Namespace) -> int:
     d = derive(base)
     iters = base.megatron_training.train_iters
     if spec.scheduler is not None:
-        from grpo.sweep.run.pbt import Settings
+        from grpo.sweep.run.pbt import Settings, explored_keys
 
         pop = Settings.of(spec.scheduler, iters)
         spec = spec.model_copy(update={"trials": pop.trials})
         console.print(
             f"pbt: {pop.population} members x {pop.generations} generations of {pop.interval} iterations = "
             f"{pop.trials} segment trials; every {pop.interval} iterations the bottom {pop.quantile:g} branch from "
-            f"the top, exploring {', '.join(k for k in space.keys if k in _schedulable()) or 'nothing'}"
+            f"the top, exploring {', '.join(explored_keys(space.keys)) or 'nothing'}"
         )
         iters = pop.interval  # per segment
     console.print(
@@ -417,9 +417,3 @@ def validate_spec(args: argparse.Namespace) -> int:
     for w in spec.warnings:
         console.print(f"[yellow]warning[/yellow]: {w}")
     return 0
-
-
-def _schedulable() -> frozenset[str]:
-    from grpo.config.schedule import SCHEDULABLE
-
-    return frozenset(SCHEDULABLE)

@@ -120,13 +120,11 @@ def population_of(
     spec: SweepSpec, space: SearchSpace, backend: TrialBackend, settings: pbt.Settings, *, no_plan: bool
 ) -> pbt.Population:
     """The pbt planner of ``spec``: explores the schedulable searched keys, only to points that can run."""
-    from grpo.config.schedule import SCHEDULABLE
-
     seed = str(spec.sampler.seed) if spec.sampler.seed is not None else spec.study
     return pbt.Population(
         settings,
         space,
-        sorted(SCHEDULABLE),
+        pbt.SCHEDULABLE,
         spec.directions[0],
         seed,
         feasible=lambda params: not check_point(spec, space, backend, params, no_plan=no_plan),

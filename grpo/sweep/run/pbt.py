@@ -36,6 +36,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo.config.schedule import SCHEDULABLE
 from grpo.sweep.spec.models import SchedulerSpec
 from grpo.sweep.spec.space import SearchSpace
 from grpo.trial_attrs import (
@@ -132,6 +133,12 @@ class Segment:
         return f"member {self.member} branches from trial {self.parent.number}"
 
 
+def explored_keys(searched: Sequence[str], schedulable: Sequence[str] = SCHEDULABLE) -> list[str]:
+    """The searched keys a branch explores: those a schedule may change during a run; the rest are inherited."""
+    allowed = set(schedulable)
+    return [key for key in searched if key in allowed]
+
+
 def is_segment(trial: FrozenTrial) -> bool:
     return trial.user_attrs.get(PBT_GENERATION) is not None
 
@@ -172,7 +179,7 @@ class Population:
         feasible: Feasible | None = None,
     ):
         self.settings, self.space, self.direction, self.seed = settings, space, direction, seed
-        self.explored_keys = [k for k in space.keys if k in set(schedulable)]
+        self.explored_keys = explored_keys(space.keys, schedulable)
         self.feasible = feasible
 
     # -- what the study holds ---------------------------------------------------------------------------

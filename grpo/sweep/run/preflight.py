@@ -14,8 +14,10 @@ import optuna
 
 from grpo.config import GRPOConfig, load_config
 from grpo.config.inert import lint_points
+from grpo.config.schedule import SCHEDULABLE
 from grpo.errors import UserError
 from grpo.sweep.backends import TrialBackend
+from grpo.sweep.run.pbt import explored_keys
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import SearchSpace
 from grpo.sweep.study.store import check_storage
@@ -142,8 +144,6 @@ def branch_problems(spec: SweepSpec, space: SearchSpace, backend: TrialBackend, 
     out = Branching()
     if spec.scheduler is None:
         return out
-    from grpo.config.schedule import SCHEDULABLE
-
     where, interval = f"{spec.source}: scheduler.interval", spec.scheduler.interval
     train_iters = base_cfg.megatron_training.train_iters
     if "megatron_training.train_iters" in space.keys:
@@ -156,8 +156,7 @@ def branch_problems(spec: SweepSpec, space: SearchSpace, backend: TrialBackend, 
             "nothing would branch"
         )
     out.problems += [f"{spec.source}: scheduler: {line}" for line in backend.branch_problems(base_cfg)]
-    explored = [k for k in space.keys if k in SCHEDULABLE]
-    if not explored:
+    if not explored_keys(space.keys):
         out.warnings.append(
             f"{spec.source}: scheduler: no searched key can change during a run (schedulable: "
             f"{', '.join(sorted(SCHEDULABLE))}): branches copy the top members and explore nothing"

@@ -138,6 +138,8 @@ class TrialBuilder:
             param_overrides += absolute_paths(self.base_cfg, sampled)
         if segment is not None:  # a pbt segment stops (with a checkpoint) at the end of its generation
             param_overrides.append(f"engine.exit_interval={segment.interval}")
+        # What a seed resumes from, first with a checkpoint: the trial's own retry folder, then a branch's parent.
+        sources = [s for s in (resume_from, segment.parent_dir if segment is not None else None) if s]
         jobs = []
         for k, seed in enumerate(seeds):
             run_dir = (trial_dir / "runs" / f"seed{k}").resolve()
@@ -152,19 +154,19 @@ class TrialBuilder:
             ]
             extra += tracking_overrides(spec, number, k, sampled)
             resume = False
-            if resume_from and stored is not None:
-                for source in (resume_from, segment.parent_dir if segment is not None else None):
-                    old_run = run_path(int(Path(source).name), k) if source else None
-                    if old_run is not None and open_storage(stored.study).iteration(old_run) is not None:
+            if stored is not None:
+                for source in sources:
+                    old_run = run_path(int(Path(source).name), k)
+                    if open_storage(stored.study).iteration(old_run) is not None:
                         # actor_config.load stays the config's own (a backend may check it names weights here):
                         # the worker points it at the checkpoint it downloads into scratch.
                         extra += list(RESUME_OVERRIDES)
                         stored, resume = replace(stored, resume=old_run), True
                         break
-            elif resume_from:
-                for source in (resume_from, segment.parent_dir if segment is not None else None):
-                    old_ckpt = (Path(source) / "runs" / f"seed{k}" / "ckpt").resolve() if source else None
-                    if old_ckpt is not None and checkpoint_iteration(old_ckpt) is not None:
+            else:
+                for source in sources:
+                    old_ckpt = (Path(source) / "runs" / f"seed{k}" / "ckpt").resolve()
+                    if checkpoint_iteration(old_ckpt) is not None:
                         extra += [f"actor_config.load={old_ckpt}", *RESUME_OVERRIDES]
                         resume = True
                         break
