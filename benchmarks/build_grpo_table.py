@@ -196,11 +196,14 @@ def main(argv: list[str] | None = None) -> int:
         "`--commit 3898997` rebuilds it; HEAD's engine differs since (token-mean loss, MindSpeed-RL's rewards)",
     )
     ap.add_argument("--smoke", action="store_true", help="2 configurations x 1 seed x 3 iterations, to /tmp")
+    ap.add_argument("--lr", type=float, nargs="*", help="learning rates to run instead of the grid's (extend it)")
+    ap.add_argument("--seeds", type=int, nargs="*", help="seeds instead of 1234 1235")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
 
-    grid = [dict(zip(GRID, values, strict=True)) for values in itertools.product(*GRID.values())]
-    seeds = SEEDS
+    axes = {**GRID, **({"actor_config.lr": args.lr} if args.lr else {})}
+    grid = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    seeds = args.seeds or SEEDS
     if args.smoke:
         grid, seeds, args.iters = grid[:2], SEEDS[:1], 3
         if args.out == DEFAULT_OUT:

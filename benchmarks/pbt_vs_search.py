@@ -464,6 +464,30 @@ def summarize(results: dict[str, Any], arms: list[str]) -> dict[str, Any]:
     return out
 
 
+def real_summary(results: dict[str, Any], arms: list[str], path: Path) -> dict[str, Any]:
+    """rliable statistics over the paired searches (benchmarks/_rliable.py), merged into ``path``."""
+    sys.path.insert(0, str(HERE))
+    from _rliable import iqm_interval, merge_summary, p_improvement, paired_difference
+
+    per = results["searches"]
+    part: dict[str, Any] = {}
+    for arm in arms:
+        keys = sorted(per[arm], key=int)
+        accs = [per[arm][k]["test_acc_greedy"] for k in keys]
+        rec: dict[str, Any] = {"searches": len(accs), "iqm": list(iqm_interval(accs))}
+        if arm != "random" and per.get("random"):
+            common = [k for k in keys if k in per["random"]]
+            a = [per[arm][k]["test_acc_greedy"] for k in common]
+            b = [per["random"][k]["test_acc_greedy"] for k in common]
+            rec["minus_random"] = list(paired_difference(a, b))
+            rec["p_beats_random"] = p_improvement(a, b)
+            rec["paired_searches"] = len(common)
+        part[arm] = rec
+    part["settings"] = results["settings"]
+    merge_summary("real", part, ROOT, path)
+    return part
+
+
 def fmt(stat: tuple[float, float, float] | list[float], digits: int = 3) -> str:
     mid, lo, hi = stat
     if math.isnan(mid):
@@ -605,6 +629,7 @@ def main(argv: list[str] | None = None) -> int:
     results["summary"] = summarize(results, present)
     results["wall_s_this_run"] = round(time.perf_counter() - t0, 1)
     save(out, results)
+    real_summary(results, present, out.with_name("search_summary.json"))
 
     print(markdown(results["summary"], present, st, results.get("base_test_acc_greedy")))
     for arm, why in results["skipped"].items():

@@ -460,6 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         default="answer",
         help="a repeated point: told the earlier result as the driver does (answer), or FAIL as it did before",
     )
+    ap.add_argument(
+        "--summary",
+        default=str(HERE / "results" / "search_summary.json"),
+        help="merge the compute shares into this file ('' to skip)",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
 
@@ -508,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
         ordered = {i: [traces[i][s] for s in range(n_replays[i])] for i in combos}
         rows = summarize(table, ordered, ordered.get(random_index))
+        if mode == "answer" and args.summary:
+            write_tabular_summary(rows, Path(args.summary), n_replays)
         what = {
             "fail": "a repeated point is told FAIL and skipped, as the driver did before answer_repeat",
             "answer": "a repeated point is told the earlier trial's result, as grpo/sweep/study/repeats.py does",
@@ -525,6 +532,20 @@ def main(argv: list[str] | None = None) -> int:
         spent = ", ".join(f"{COMBOS[i].label} {seconds[i]:.0f}s" for i in combos)
         print(f"\nreplay time ({time.perf_counter() - t0:.0f}s wall, {args.jobs} processes): {spent}\n")
     return 0
+
+
+def write_tabular_summary(rows: list[Row], path: Path, n_replays: dict[int, int]) -> None:
+    """Compute share to random's best at 8 and 16 runs per arm, merged into results/search_summary.json."""
+    sys.path.insert(0, str(HERE))
+    from _rliable import merge_summary
+
+    labels = {c.label: i for i, c in enumerate(COMBOS)}
+    part = {
+        r.label: {f"compute_share_{b}": list(r.fraction[b]) for b in BUDGETS_RUNS if b in r.fraction}
+        | {"replays": n_replays[labels[r.label]]}
+        for r in rows
+    }
+    merge_summary("tabular", part, ROOT, path)
 
 
 def get_auc(run: Run) -> float:
