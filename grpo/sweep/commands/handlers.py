@@ -13,6 +13,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -179,8 +180,12 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
 
 
 def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    from grpo.report.lineage import population
+
     rows = []
     trials = [t for t in study.get_trials(deepcopy=False) if not is_repeat(t)]
+    pop = population(study, None)  # the report's reading of the pbt attrs (None: not a pbt study)
+    segments = pop.segments if pop is not None else {}
     chains = retry_chains(trials)  # an attempt and the retries that continued it: one logical trial
     by_number = {t.number: t for t in trials}
     for t in trials:  # repeats left out: the sampler's record of a point that already ran, not a result
@@ -204,9 +209,33 @@ def _status_rows(study: optuna.Study) -> list[dict[str, Any]]:
                 "last_step": t.last_step,
                 "wall_s": t.user_attrs.get(WALL_S),
                 "reason": t.user_attrs.get(FAILURE_REASON) or t.user_attrs.get(PRUNED_REASON),
+                # pbt: the population slot, generation and the checkpoint it continues (null outside pbt)
+                "lineage": _lineage(segments.get(t.number)),
             }
         )
     return rows
+
+
+def _lineage(seg: Any) -> dict[str, Any] | None:
+    if seg is None:
+        return None
+    return {
+        "member": seg.member,
+        "generation": seg.generation,
+        "branch_of": seg.parent,
+        "branched_at": seg.start if seg.parent is not None else None,
+        "exploited": seg.exploited,
+    }
+
+
+def _from_cell(r: dict[str, Any]) -> str:
+    """Where a row came from, compactly: a retry, a confirmation, or a pbt segment (m1 g2 <#4@20)."""
+    said = [f"retry #{r['retry_of']}"] if r["retry_of"] is not None else []
+    said += [f"conf #{r['confirmation_of']}"] if r["confirmation_of"] is not None else []
+    if (lin := r["lineage"]) is not None:
+        branch = "" if lin["branch_of"] is None else f" <#{lin['branch_of']}@{lin['branched_at']}"
+        said.append(f"m{lin['member']} g{lin['generation']}{branch}{'*' * bool(lin['exploited'])}")
+    return " ".join(said)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -216,26 +245,42 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"study": spec.study, "trials": rows}, default=str, indent=2))
         return 0
-    table = Table(title=f"{spec.study} ({spec.tool_storage()})")
-    for col in ("#", "retry of", "confirms", "state", "value [95% CI]", "seeds", "params", "iter", "wall s", "reason"):
-        table.add_column(col)
+    Console().print(status_table(spec, study, rows))
+    return 0
+
+
+REASON_CHARS = 22  # a reason longer than this is cut in the table; --json and the report keep all of it
+
+
+def status_table(spec: SweepSpec, study: optuna.Study, rows: list[dict[str, Any]]) -> Table:
+    """The status table, readable on 80 columns: seeds, wall time and the full reason live in --json."""
+    # no vertical rules: on 80 columns every character goes to the cells
+    table = Table(
+        title=f"{spec.study} ({spec.tool_storage()})",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("#", no_wrap=True, justify="right", min_width=2)
+    table.add_column("state", no_wrap=True)
+    table.add_column("value [CI]", min_width=6, overflow="fold")
+    table.add_column("from", min_width=6, overflow="fold")  # retry of, confirms, pbt lineage
+    table.add_column("params", min_width=14, overflow="fold")
+    table.add_column("iter", no_wrap=True, justify="right", min_width=4)
+    table.add_column("reason", no_wrap=True, overflow="ellipsis")
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for r in rows:
         trial = by_number[r["number"]]
         value = ", ".join(_short(stored_interval(trial, i)) for i in range(len(r["values"]))) if r["values"] else ""
-        wall = f"{r['wall_s']:.0f}" if r["wall_s"] else ""
-        reason = (r["reason"] or "")[:80]
-        last = str(r["last_step"] or "")
-        retry_of = "" if r["retry_of"] is None else f"#{r['retry_of']}"
+        reason = " ".join((r["reason"] or "").split())
+        reason = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"
         state = r["state"] if r["superseded_by"] is None else f"{r['state']} -> #{r['superseded_by']}"
-        confirms = "" if r["confirmation_of"] is None else f"#{r['confirmation_of']}"
-        seeds = "" if r["seeds"] is None else str(r["seeds"])
         params = format_params(r["params"])
-        table.add_row(str(r["number"]), retry_of, confirms, state, value, seeds, params, last, wall, reason)
+        table.add_row(str(r["number"]), state, value, _from_cell(r), params, str(r["last_step"] or ""), reason)
     if chains_note := _chains_note(rows):
         table.caption = chains_note
-    Console().print(table)
-    return 0
+    return table
 
 
 def _chains_note(rows: list[dict[str, Any]]) -> str | None:
