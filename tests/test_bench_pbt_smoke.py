@@ -28,6 +28,9 @@ def test_smoke_random_arm_writes_its_results_and_resumes(tmp_path):
     assert res["settings"]["runs"] == 2 and res["settings"]["iters"] == 6
     rec = res["searches"]["random"]["0"]
     assert rec["compute"] == 12 and rec["trials"] == 2 and rec["pruned"] == 0  # random: 2 full runs
+    # the rliable part of the summary file, next to --out (never the shipped benchmarks/results/ one)
+    real = json.loads((tmp_path / "search_summary.json").read_text())["real"]
+    assert real["random"]["searches"] == 1 and real["random"]["iqm"][0] == rec["test_acc_greedy"]
     assert rec["winner"] is not None and set(rec["params"]) == {"actor_config.lr", "rl_config.clip_ratio"}
     assert [j["seed"] for j in rec["judge"]] == [9000]  # a fresh seed, not the search's 1234
     assert 0.0 <= rec["test_acc_greedy"] <= 1.0 and rec["test_acc_greedy"] == rec["judge"][0]["test_acc_greedy"]
