@@ -1,0 +1,56 @@
+"""MindSpeed-RL keys -> TRL ``GRPOConfig`` fields (checked against trl/trainer/grpo_config.py on main).
+
+Only the mapping; the trainer runner, callback and checkpoints are not built yet. A key not mapped here is
+not applied by a TRL run and must be refused or classified by the backend (issue 32).
+
+    kwargs = grpo_config_kwargs(cfg)   # -> dict for trl.GRPOConfig(**kwargs)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo.errors import UserError
+
+RL = "rl_config"
+SAMPLING = "generate_config.sampling_config"
+
+# MindSpeed-RL key -> GRPOConfig field, for keys that carry over one to one.
+DIRECT: dict[str, str] = {
+    f"{RL}.init_kl_coef": "beta",
+    f"{RL}.n_samples_per_prompt": "num_generations",
+    f"{RL}.epochs": "num_iterations",
+    "actor_config.lr": "learning_rate",
+    f"{SAMPLING}.temperature": "temperature",
+    f"{SAMPLING}.top_p": "top_p",
+    f"{SAMPLING}.top_k": "top_k",
+    f"{SAMPLING}.min_p": "min_p",
+    f"{SAMPLING}.max_tokens": "max_completion_length",
+}
+
+# verl's loss_agg_mode names -> TRL loss_type: "grpo" is per-sequence token mean, "dapo" the token mean over
+# the accumulated batch, "dr_grpo" the token sum over a constant (max_completion_length).
+LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def grpo_config_kwargs(cfg: Any) -> dict[str, Any]:
+    """The ``GRPOConfig`` keyword arguments one composed MindSpeed-RL config maps to."""
+    out = {field: _get(cfg, key) for key, field in DIRECT.items()}
+    rl = cfg.rl_config
+    if rl.clip_higher_enable:  # TRL: epsilon is the low clip, epsilon_high the high one
+        out["epsilon"], out["epsilon_high"] = rl.clip_ratio_low, rl.clip_ratio_high
+    else:
+        out["epsilon"] = rl.clip_ratio
+    mode = cfg.engine.loss_agg_mode or ("token-mean" if rl.token_level_loss else "seq-mean-token-mean")
+    if mode not in LOSS_TYPE:  # seq-mean-token-sum: TRL has no per-sequence token sum
+        raise UserError(f"{cfg._source}: engine.loss_agg_mode: {mode}: backend trl has no such loss_type")
+    out["loss_type"] = LOSS_TYPE[mode]
+    out["importance_sampling_level"] = "sequence" if cfg.engine.policy_loss == "gspo" else "token"
+    return out
