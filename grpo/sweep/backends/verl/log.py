@@ -1,0 +1,66 @@
+"""Reading verl's ``file`` logger (``FileLogger``, verl-0.9.1:verl/utils/tracking.py) as a metric stream.
+
+The logger writes one JSON line ``{"step": N, "data": {...}}`` per training step to
+``$VERL_FILE_LOGGER_PATH`` and opens that file with ``"wb"``: a resumed run truncates it. The tail
+here notices the truncation (the file got shorter than what it had read) and reads again from the top,
+keeping the rows it already had, so a trial's history survives its resumes; a step logged again after
+a resume replaces the earlier row of that step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class VerlLogTail:
+    """Incremental reader of one trial's verl JSONL log; ``poll()`` returns the steps that are new."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows: dict[int, dict[str, float]] = {}
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> list[tuple[int, dict[str, float]]]:
+        """New ``(step, metrics)`` rows since the last poll, in file order; [] while the file is absent."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return []
+        if size < self._offset:  # truncated by a resume: the logger reopened it with "wb"
+            self._offset, self._partial = 0, b""
+        with self.path.open("rb") as handle:
+            handle.seek(self._offset)
+            chunk = handle.read()
+        self._offset += len(chunk)
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()  # an unfinished last line waits for the next poll
+        new = []
+        for line in lines:
+            row = _row(line)
+            if row is not None:
+                self.rows[row[0]] = row[1]
+                new.append(row)
+        return new
+
+
+def _row(line: bytes) -> tuple[int, dict[str, float]] | None:
+    """One logged step; None for a blank or malformed line (a crash can leave one)."""
+    try:
+        record = json.loads(line)
+        step, data = int(record["step"]), record["data"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    metrics = {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return step, metrics
+
+
+def latest_checkpoint(save_dir: Path) -> Path | None:
+    """``<save_dir>/global_step_N`` named by verl's ``latest_checkpointed_iteration.txt``; None if absent."""
+    try:
+        step = int((save_dir / "latest_checkpointed_iteration.txt").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    folder = save_dir / f"global_step_{step}"
+    return folder if folder.is_dir() else None
