@@ -1,5 +1,7 @@
 """The MindSpeed-RL -> TRL GRPOConfig mapping (no trl needed)."""
 
+import dataclasses
+
 import pytest
 
 from grpo.config import load_config
@@ -19,3 +21,10 @@ def test_loss_agg_mode_without_a_trl_loss_type_is_one_line_naming_key_and_backen
     cfg = load_config("grpo_trainer_tiny_cpu", ["engine.loss_agg_mode=seq-mean-token-sum"])
     with pytest.raises(UserError, match=r"engine\.loss_agg_mode: seq-mean-token-sum: backend trl"):
         grpo_config_kwargs(cfg)
+
+
+def test_top_k_off_is_trl_zero_and_every_field_is_a_grpo_config_field():
+    kw = grpo_config_kwargs(load_config("grpo_trainer_tiny_cpu", ["generate_config.sampling_config.top_k=-1"]))
+    assert kw["top_k"] == 0
+    trl = pytest.importorskip("trl", reason="trl not installed (pip install -e .[bench])")
+    assert set(kw) <= {f.name for f in dataclasses.fields(trl.GRPOConfig)}

@@ -43,6 +43,8 @@ def _get(cfg: Any, dotted: str) -> Any:
 def grpo_config_kwargs(cfg: Any) -> dict[str, Any]:
     """The ``GRPOConfig`` keyword arguments one composed MindSpeed-RL config maps to."""
     out = {field: _get(cfg, key) for key, field in DIRECT.items()}
+    if out["top_k"] == -1:  # MindSpeed-RL/vLLM disable top-k with -1, TRL (transformers) with 0
+        out["top_k"] = 0
     rl = cfg.rl_config
     if rl.clip_higher_enable:  # TRL: epsilon is the low clip, epsilon_high the high one
         out["epsilon"], out["epsilon_high"] = rl.clip_ratio_low, rl.clip_ratio_high
