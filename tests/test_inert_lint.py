@@ -207,3 +207,13 @@ def test_a_sweep_warns_when_it_starts_and_records_the_study_attr(tmp_path: Path)
     assert "search.rl_config.clip_ratio: cannot change training in every checked point" in done.stderr
     recorded = load(tmp_path).user_attrs[STUDY_ATTR]
     assert len(recorded) == 1 and recorded[0].startswith("search.rl_config.clip_ratio: cannot change training")
+
+
+def test_grpo_train_warns_at_start_when_lora_rank_and_alpha_are_set_without_target_modules(capsys):
+    from grpo.engine.cli import precheck
+
+    precheck(["--config-name", "grpo_trainer_tiny_cpu", "megatron_training.lora_r=4", "megatron_training.lora_alpha=8"])
+    err = capsys.readouterr().err
+    for key in ("megatron_training.lora_r", "megatron_training.lora_alpha"):
+        assert f"warning: configs/grpo_trainer_tiny_cpu.yaml: {key}: cannot change training" in err
+    assert "lora_target_modules null" in err
