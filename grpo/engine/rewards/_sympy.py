@@ -33,7 +33,9 @@ SYMPY_SECONDS = 1.0  # MindSpeed-RL's acc_subprocess timeout; an overrun scores 
 _PIPE_BYTES = 60_000  # below the pipe's 64 KiB: a batch written in parts this size never blocks the writer
 _CACHE_SIZE = 1 << 16
 
-Question = tuple[str, str, str]  # (op, a, b): op "msrl" (symbolic_equal(a, b)) or "ruler" (a == 0 under sympy)
+Question = tuple[
+    str, str, str
+]  # (op, a, b): "msrl" (symbolic_equal(a, b)), "ruler" (a == 0), "mathverify" (label, text)
 
 
 class OutOfTime(Exception):
@@ -52,11 +54,12 @@ class _Pending(BaseException):
 class Budget:
     """What is left of one response's sympy time (the child's answering time; its start is not counted)."""
 
-    def __init__(self) -> None:
+    def __init__(self, seconds: float = SYMPY_SECONDS) -> None:
+        self.seconds = seconds
         self.spent = 0.0
 
     def left(self) -> float:
-        return SYMPY_SECONDS - self.spent
+        return self.seconds - self.spent
 
 
 class _Replay:
@@ -83,7 +86,8 @@ def ask(op: str, a: str, b: str, budget: Budget) -> bool:
     """The child's answer to one question within ``budget``; ``OutOfTime`` when it overruns."""
     question = (op, a, b)
     replay = _REPLAY.get()
-    if replay is not None:  # inside batched: the response's own budget and answers
+    if replay is not None:  # inside batched: the response's own budget (of the grader's length) and answers
+        replay.budget.seconds = budget.seconds
         budget = replay.budget
         if question in replay.answers:
             known = replay.answers[question]
