@@ -218,7 +218,21 @@ def probe_sampler_and_pruner(spec: SweepSpec, space: SearchSpace) -> list[str]:
     that already holds finished trials (random points with random values and curves): option values that
     construct but fail when used (a word where a number goes, a negative sigma, an ``x0`` naming no
     parameter, a hyperband whose warm-up passes the last iteration) are found here, not in the first trial.
-    Returns the problems, one line each; writes nothing."""
+    Returns the problems, one line each; writes nothing. A sampler that fails is probed again without each
+    of its options in turn, so the line names the option at fault (``sampler.options.gamma``)."""
+    problems = _probe(spec, space)
+    if problems and problems[0].startswith(f"{spec.source}: sampler.options: "):
+        for key in spec.sampler.options:
+            options = {k: v for k, v in spec.sampler.options.items() if k != key}
+            without = spec.model_copy(update={"sampler": spec.sampler.model_copy(update={"options": options})})
+            if not _probe(without, space):
+                prefix = f"{spec.source}: sampler.options"
+                return [prefix + f".{key}" + problems[0][len(prefix) :]]
+    return problems
+
+
+def _probe(spec: SweepSpec, space: SearchSpace) -> list[str]:
+    """``probe_sampler_and_pruner`` for the spec as it is."""
     src = spec.source
     try:
         sampler = make_sampler(spec, space)
