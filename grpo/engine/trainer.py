@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -56,20 +55,20 @@ from grpo._fs import SAMPLES_FILE, truncate_jsonl_after
 from grpo.config import GRPOConfig
 from grpo.config import schedule as schedule_mod
 from grpo.config.derived import fully_on_policy
-from grpo.engine import build, dapo, rewards, variants
+from grpo.engine import build, dapo, variants
 from grpo.engine import checkpoint as ckpt
 from grpo.engine import lora as lora_mod
 from grpo.engine import update as update_mod
 from grpo.engine.check import check_config
 from grpo.engine.draw import Drawer
+from grpo.engine.evaluate import HeldOut
 from grpo.engine.loss import ADVANTAGE_ESTIMATORS, FixedKLController, kl_controller
 from grpo.engine.metrics import MetricsSink, close_logger, run_logger
 from grpo.engine.model import ModelArgs, Qwen2, set_dropout
-from grpo.engine.rollout import Rollout, SamplingParams, generate
+from grpo.engine.rollout import Rollout, SamplingParams
 from grpo.errors import UserError
 
 Callback = Callable[[int, dict], "bool | None"]
-SAMPLE_PROMPTS = 4  # held-out prompts whose responses go to samples.jsonl at each evaluation
 
 
 def truncated_fraction(batch: Rollout, stop_ids: list[int]) -> float:
@@ -115,6 +114,7 @@ class Run:
         self.train_set, self.eval_set, self.prompt_ids, self.max_prompt_tokens = build.prompts(
             cfg, self.tokenizer, self.run_dir, self.log
         )
+        self.held_out = HeldOut(self.eval_set, self.prompt_ids, self.tokenizer, self.device, cfg.engine.task_seed)
         args = ModelArgs.from_model_config(cfg.model_arch)
         self.tokenizer.check_fits(args.padded_vocab_size, actor.model)
         # check_config made sure max_model_len leaves room after the longest prompt (<= max_prompt_length).
@@ -305,61 +305,12 @@ class Run:
         return metrics
 
     def evaluate(self, iteration: int, samples: int = 4) -> dict[str, float]:
-        """Accuracy (fraction correct) on the held-out prompts: ``eval/acc`` samples ``samples`` responses
-        each with the rollout's sampling parameters (the policy as trained), ``eval/acc_greedy`` decodes
-        greedily; ``eval/prompts`` is how many prompts were scored. The first ``SAMPLE_PROMPTS`` prompts'
-        responses (greedy and one sampled) are appended to ``samples.jsonl`` with their rewards.
-
-        Evaluation draws from its own generator, seeded the same way every time, so it neither perturbs
-        the training's random stream nor adds sampling noise between two evaluations.
-        """
-        if not self.eval_set:
-            return {}
+        """Held-out accuracy of the policy as it is now (``grpo.engine.evaluate.held_out``)."""
         rl = self.cfg.rl_config
-        prompts = [self.prompt_ids[e.prompt] for e in self.eval_set]
-        out: dict[str, float] = {"eval/prompts": float(len(prompts))}
-        shown: list[dict[str, Any]] = []
-        for name, kind, params, n in (
-            ("eval/acc", "sampled", self.sampling, samples),
-            ("eval/acc_greedy", "greedy", SamplingParams(max_tokens=self.max_tokens, greedy=True), 1),
-        ):
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(self.cfg.engine.task_seed + 1)  # the same draws for every seed and trial
-            batch = generate(
-                self.policy,
-                prompts,
-                n,
-                params,
-                self.tokenizer.stop_ids,
-                self.tokenizer.pad_id,
-                self.tokenizer.vocab_size,
-                gen,
-            )
-            texts = self.tokenizer.decode_batch(batch.response_lists())
-            labels = [e.label for e in self.eval_set for _ in range(n)]
-            correct = [rewards.is_correct(text, label) for text, label in zip(texts, labels, strict=True)]
-            out[name] = sum(correct) / len(texts)
-            if n > 1:
-                out["eval/strict_format"] = sum(rewards.strict_format(t) > 0 for t in texts) / len(texts)
-            rows = [k * n for k in range(min(SAMPLE_PROMPTS, len(self.eval_set)))]  # each prompt's first response
-            verifiers, weights = list(rl.verifier_function), list(rl.verifier_weight)
-            scores, _ = rewards.score([texts[r] for r in rows], [labels[r] for r in rows], verifiers, weights)
-            for r, reward in zip(rows, scores, strict=True):
-                example = self.eval_set[r // n]
-                shown.append(
-                    {
-                        "iteration": iteration,
-                        "kind": kind,
-                        "prompt": example.prompt,
-                        "label": example.label,
-                        "response": texts[r],
-                        "reward": reward,
-                        "correct": correct[r],
-                    }
-                )
-        with open(self.run_dir / SAMPLES_FILE, "a") as fh:
-            fh.writelines(json.dumps(row) + "\n" for row in shown)
-        return out
+        scoring = ([str(v) for v in rl.verifier_function], list(rl.verifier_weight))
+        return self.held_out.evaluate(
+            self.policy, self.sampling, iteration, samples, scoring, self.run_dir / SAMPLES_FILE
+        )
 
     def save(self) -> Path | None:
         actor = self.cfg.actor_config

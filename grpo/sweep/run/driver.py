@@ -35,6 +35,7 @@ from grpo.sweep.execution.scheduler import Finished, JobKey, RayScheduler
 from grpo.sweep.execution.seed_result import Event, SeedStatus, StopReason
 from grpo.sweep.run import pbt
 from grpo.sweep.run.admit import Asker, LostRace, Skipped
+from grpo.sweep.run.budget import SearchBudget
 from grpo.sweep.run.interrupt import Interrupt
 from grpo.sweep.run.live import LiveTrial, Objectives
 from grpo.sweep.run.outcome import SeedEnd
@@ -47,7 +48,7 @@ from grpo.sweep.spec.models import STUDY_NAME, SweepSpec
 from grpo.sweep.spec.samplers import make_pruner, make_sampler
 from grpo.sweep.spec.space import SearchSpace, format_params
 from grpo.sweep.study import lease
-from grpo.sweep.study.retry import counts_toward_budget, fail_and_maybe_retry, holds_budget, is_confirmation
+from grpo.sweep.study.retry import counts_toward_budget, fail_and_maybe_retry, is_confirmation
 from grpo.sweep.study.store import StudyStore, open_study
 from grpo.trial_attrs import PBT_SETTINGS, WALL_S
 
@@ -97,8 +98,8 @@ def run_study(
     builder = TrialBuilder(spec, space, backend, checks.base_cfg, (me["host"], me["pid"]), no_plan=no_plan)
     driver = _Driver(spec, space, backend, study, builder, me, Messages(progress, quiet), progress, on_trial_finished)
     if settings is not None:
-        driver.population = population_of(spec, space, backend, settings, no_plan=no_plan)
-        driver.asker.schedulable = driver.population.explored_keys
+        driver.budget.population = population_of(spec, space, backend, settings, no_plan=no_plan)
+        driver.asker.schedulable = driver.budget.population.explored_keys
     driver.loop()
     return StudyRun(study, driver.interrupted)
 
@@ -158,7 +159,7 @@ class _Driver:
         cluster = spec.cluster
         self.sched = RayScheduler(address=cluster.address, num_cpus=cluster.num_cpus, resources=dict(cluster.resources))
         self.asker = Asker(spec, space, study, self.store, self.view, builder, self.sched, me, messages)
-        self.population: pbt.Population | None = None  # spec ``scheduler: {kind: pbt}``
+        self.budget = SearchBudget(spec, self.view, self.asker, self.recorder)
 
     # -- the loop -------------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -198,7 +199,7 @@ class _Driver:
         self._interrupts(interrupts)
         if interrupts == 0:
             self._admit()
-        if not self.live and not self.waiting and (interrupts or self._finished()):
+        if not self.live and not self.waiting and (interrupts or self.budget.finished()):
             return False
         finished, events = self.sched.poll(POLL_S if self.live else 0.01)
         ended = self._collect(events, finished)
@@ -229,12 +230,12 @@ class _Driver:
     def _admit(self) -> None:
         """Fill the free slots: start waiting trials that fit, ask for new ones while the budget allows;
         then, once the search is over, the confirmation stage."""
-        if self.population is not None:
+        if self.budget.population is not None:
             self._plan_population()
         while len(self.live) < self.spec.concurrency:
             if self._launch():
                 continue
-            if len(self.waiting) >= LOOKAHEAD or not self._may_ask():
+            if len(self.waiting) >= LOOKAHEAD or not self.budget.may_ask():
                 break
             asked = self.asker.ask()
             if isinstance(asked, LostRace):
@@ -242,16 +243,23 @@ class _Driver:
             self.asker.count(asked)
             if not isinstance(asked, Skipped):
                 self.waiting.append(asked)
-        if self.spec.confirm is not None and not self.recorder.stage_started and self._search_finished():
+        if (
+            self.spec.confirm is not None
+            and not self.recorder.stage_started
+            and self.budget.search_finished(self._search_running)
+        ):
             self.recorder.start_confirmation()
+
+    def _search_running(self) -> bool:
+        return bool(self.waiting) or any(lv.confirmation_of is None for lv in self.live.values())
 
     def _plan_population(self) -> None:
         """Enqueue the pbt segments that are missing (a generation's start, or what a crash lost)."""
-        assert self.population is not None
-        segments = self.population.missing(self.view.all())
+        assert self.budget.population is not None
+        segments = self.budget.population.missing(self.view.all())
         if not segments:
             return
-        interval = self.population.settings.interval
+        interval = self.budget.population.settings.interval
         for segment in segments:
             self.store.enqueue_segment(segment.params, segment.user_attrs(interval))
         self.view.changed()
@@ -291,40 +299,6 @@ class _Driver:
             reason = "not launched before the driver stopped"
             fail_and_maybe_retry(self.store, frozen, reason, self.spec.retries, count_attempt=False, launched=False)
         self.waiting = []
-
-    # -- budget ---------------------------------------------------------------------------------------
-    def _budget_left(self) -> int:
-        return self.spec.trials - sum(1 for t in self.view.all() if holds_budget(t))
-
-    def _search_spent(self) -> bool:
-        if self.population is not None:
-            return self.population.finished(self.view.all())
-        return self.asker.exhausted or self._budget_left() <= 0
-
-    def _may_ask(self) -> bool:
-        if self.population is not None:  # only what was enqueued: segments, their retries, confirmations
-            return bool(self.view.waiting())
-        return not self._search_spent() or self._confirmations_waiting()
-
-    def _search_finished(self) -> bool:
-        """The search is over and none of its trials runs here: the confirmation stage may rank them."""
-        if self.waiting or any(lv.confirmation_of is None for lv in self.live.values()):
-            return False
-        if self.population is not None:
-            return self.population.finished(self.view.all())
-        counted = sum(1 for t in self.view.all() if counts_toward_budget(t))
-        return self.asker.exhausted or counted >= self.spec.trials
-
-    def _confirmations_waiting(self) -> bool:
-        return any(is_confirmation(t) for t in self.view.waiting())
-
-    def _finished(self) -> bool:
-        """Nothing is left to ask: the search is spent and the confirmation stage (if any) has nothing waiting."""
-        if not self._search_spent():
-            return False
-        if self.spec.confirm is not None and not self.recorder.stage_started:
-            return False
-        return not self._confirmations_waiting()
 
     # -- collect --------------------------------------------------------------------------------------
     def _collect(self, events: dict[JobKey, list[Event]], finished: list[Finished]) -> list[LiveTrial]:
@@ -434,7 +408,7 @@ class _Driver:
             done[t.state.name.lower()] = done.get(t.state.name.lower(), 0) + 1
         finished = counted + [t for t in trials if is_confirmation(t) and t.state == optuna.trial.TrialState.COMPLETE]
         walls = [float(w) for t in finished if isinstance(w := t.user_attrs.get(WALL_S), (int, float))]
-        to_start = 0 if self.asker.exhausted else max(0, self._budget_left())
+        to_start = 0 if self.asker.exhausted else max(0, self.budget.left())
         to_start += len(self.waiting)  # asked, waiting for room
         if self.spec.confirm is not None:
             started = self.recorder.stage_started or any(is_confirmation(t) for t in trials)
