@@ -49,13 +49,13 @@ def test_non_finite_values_propagate_and_empty_curves_are_refused():
 
 
 def test_registry():
-    assert set(REDUCERS) == {"last", "max", "min", "mean_last_k", "auc"}
+    assert set(REDUCERS) == {"last", "max", "min", "mean_last_k", "auc", "final_fit"}
     assert all(isinstance(get_reducer(n), CurveReducer) and get_reducer(n).name == n for n in REDUCERS)
     with pytest.raises(ValueError, match="unknown reducer"):
         get_reducer("median")
 
 
-@pytest.mark.parametrize("module", ["", "._last", "._max", "._mean_last_k", "._auc"])
+@pytest.mark.parametrize("module", ["", "._last", "._max", "._mean_last_k", "._auc", "._final_fit"])
 def test_docstring_examples_run(module):
     mod = importlib.import_module("grpo.sweep.spec.objectives" + module)
     result = doctest.testmod(mod)

@@ -84,13 +84,11 @@ class LiveTrial:
     def seed_value(self, objectives: Objectives, seed: int, index: int, upto: int | None = None) -> float | None:
         """Objective ``index`` reduced over one seed's curve (up to iteration ``upto`` when given)."""
         points = self.curves.get(seed, {}).get(objectives.metrics[index])
-        if points and points[0][0] == 0:
-            points = points[1:]  # iteration 0 is the base policy's evaluation, not what the trial achieved
         if points and upto is not None:
             points = points[: bisect_right(points, upto, key=lambda p: p[0])]  # iterations ascend
-        if not points:
+        if not points or [t for t, _ in points] == [0]:  # iteration 0 alone: the base policy, nothing achieved
             return None
-        return objectives.reducers[index].reduce([v for _, v in points])
+        return objectives.reducers[index].reduce_curve(points, self.plan.train_iters)
 
     def seed_values(self, objectives: Objectives) -> list[list[float | None]]:
         """``[i][k]``: objective ``i`` reduced over seed ``k``'s whole curve (None: never reported)."""

@@ -62,13 +62,14 @@ def _problems(error: ValidationError, source: str, objective_was_list: bool) -> 
     def relocate(loc: tuple[Any, ...], message: str) -> tuple[tuple[Any, ...], str]:
         if loc[:1] == ("objective",) and not objective_was_list and len(loc) > 1 and loc[1] == 0:
             loc = ("objective", *loc[2:])  # the user wrote one mapping, not a list
-        for key in ("k", "metric"):  # an objective's rule about one of its keys
+        for key in ("k", "metric", "reward_floor", "window", "min_delta"):  # a model's rule about one of its keys
             if message.startswith(f"{key}: "):
                 return (*loc, key), message[len(key) + 2 :]
         if loc[-2:] == ("cluster", "resources") and ": " in message:  # a rule about one resource
             name, _, rest = message.partition(": ")
             return (*loc, name), rest
-        for key in ("objective", "confirm", "scheduler", "trials", "pruner.name"):  # a whole-spec rule: at that key
+        whole = ("objective", "confirm", "scheduler", "trials", "pruner.name", "pruner.curve", "pruner.patience")
+        for key in whole:  # a whole-spec rule: at that key
             if message.startswith(f"{key}: "):
                 return tuple(key.split(".")), message[len(key) + 2 :]
         return loc, message

@@ -29,7 +29,7 @@ STORAGE_SCHEMES = ("journal:", "sqlite:///", "postgresql://", "postgresql+", "my
 # (tests/test_spec_load.py checks the two agree).
 SamplerName = Literal["tpe", "random", "grid", "cmaes", "nsga2", "gp"]
 PrunerName = Literal["median", "successive_halving", "hyperband", "none"]
-ReducerName = Literal["last", "max", "min", "mean_last_k", "auc"]
+ReducerName = Literal["last", "max", "min", "mean_last_k", "auc", "final_fit"]
 KeepRule = Literal["best", "all", "none"]
 
 
@@ -111,7 +111,39 @@ class CollapseRule(_Strict):
     tabular GRPO benchmark such runs rarely recover within their budget (benchmarks/search_efficiency.py)."""
 
     metric: str = Field("eval/acc_greedy", min_length=1)
-    below_base: float = Field(0.10, gt=0)
+    below_base: float | None = Field(0.10, gt=0)  # null: off
+    # Training-dynamics rules (grpo/sweep/run/collapse.py), each off unless given, on the mean over seeds:
+    kl_spike: float | None = Field(None, gt=1)  # actor/kl_loss above this multiple of its trailing median
+    kl_max: float | None = Field(None, gt=0)  # actor/kl_loss above this bound
+    reward_drop: float | None = Field(None, gt=0)  # grpo/score/mean's trailing mean this far below its best
+    zero_reward: int | None = Field(None, ge=1)  # grpo/score/mean at or below reward_floor this many iterations
+    reward_floor: float | None = None  # default 0.0
+    entropy_floor: float | None = Field(None, gt=0)  # actor/entropy below it
+    window: int | None = Field(None, ge=2)  # trailing iterations of kl_spike's median, reward_drop's mean (5)
+
+    @model_validator(mode="after")
+    def _used(self) -> CollapseRule:
+        if self.reward_floor is not None and self.zero_reward is None:
+            raise ValueError("reward_floor: only used with zero_reward")
+        if self.window is not None and self.kl_spike is None and self.reward_drop is None:
+            raise ValueError("window: only used with kl_spike or reward_drop")
+        return self
+
+
+class CurveRule(_Strict):
+    """Stop a trial only when its fitted learning curve's upper bound at the last iteration lies below the best
+    finished trial's lower bound (grpo/sweep/run/curve_stop.py)."""
+
+    min_points: int = Field(5, ge=4)  # evaluations after the start before it acts
+    confidence: float = Field(0.95, gt=0, lt=1)
+    bounds: tuple[float, float] | None = None  # the metric's range, e.g. [0, 1] for accuracy
+
+    @field_validator("bounds")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not value[0] < value[1]:
+            raise ValueError(f"must be [low, high] with low < high (got {list(value)})")
+        return value
 
 
 class PrunerSpec(_Strict):
@@ -119,6 +151,15 @@ class PrunerSpec(_Strict):
     warmup_steps: int = Field(0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
     collapse: CollapseRule | None = None  # the GRPO-aware rule, on top of (or without) the Optuna pruner
+    curve: CurveRule | None = None  # the curve-aware stopper, on top of (or without) the Optuna pruner
+    patience: int | None = Field(None, ge=0)  # wrap the pruner in optuna.pruners.PatientPruner
+    min_delta: float | None = Field(None, ge=0)  # PatientPruner's min_delta (default 0.0)
+
+    @model_validator(mode="after")
+    def _patience(self) -> PrunerSpec:
+        if self.min_delta is not None and self.patience is None:
+            raise ValueError("min_delta: only used with patience")
+        return self
 
 
 class ClusterSpec(_Strict):
@@ -408,6 +449,18 @@ class SweepSpec(_Strict):
             raise ValueError(
                 f"pruner.name: {self.pruner.name} compares trials at equal steps, which pbt segments are not; "
                 "set pruner.name: none (the collapse rule may stay)"
+            )
+        for key in ("curve", "patience"):  # both compare a segment with trials it cannot be compared with
+            if getattr(self.pruner, key) is not None:
+                raise ValueError(f"pruner.{key}: pbt segments are not comparable at equal steps; remove it")
+        return self
+
+    @model_validator(mode="after")
+    def _curve_single_objective(self) -> SweepSpec:
+        if self.pruner.curve is not None and self.multi_objective:
+            raise ValueError(
+                f"pruner.curve: compares one objective with the best finished trial, but the spec has "
+                f"{len(self.objectives)}; remove it or keep one objective"
             )
         return self
 

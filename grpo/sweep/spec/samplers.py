@@ -312,8 +312,10 @@ def make_pruner(spec: SweepSpec, max_resource: int | str | None = None) -> optun
     read by composing the base config with the spec's overrides.
     """
     name, warmup, src = spec.pruner.name, spec.pruner.warmup_steps, spec.source
-    if name == "none" or not pruning_supported(spec):
+    if not pruning_supported(spec):
         return optuna.pruners.NopPruner()
+    if name == "none":
+        return _patient(spec, None) if spec.pruner.patience is not None else optuna.pruners.NopPruner()
     kwargs: dict[str, Any] = {}
     if name == "median":
         kwargs = {"n_warmup_steps": warmup}
@@ -329,9 +331,21 @@ def make_pruner(spec: SweepSpec, max_resource: int | str | None = None) -> optun
     try:
         with warnings.catch_warnings():  # said by option_warnings at load
             warnings.simplefilter("ignore")
-            return PRUNER_CLASSES[name](**kwargs)
+            return _patient(spec, PRUNER_CLASSES[name](**kwargs))
     except (TypeError, ValueError) as err:
         raise UserError(f"{src}: pruner.options: {err}") from None
+
+
+def _patient(spec: SweepSpec, pruner: optuna.pruners.BasePruner | None) -> optuna.pruners.BasePruner:
+    """``pruner`` wrapped in ``PatientPruner`` when ``pruner.patience`` is set: it may prune only after
+    ``patience`` reported steps without improvement (``min_delta``); with ``name: none``, that alone prunes."""
+    patience = spec.pruner.patience
+    if patience is None:
+        assert pruner is not None
+        return pruner
+    with warnings.catch_warnings():  # ExperimentalWarning: chosen deliberately (docs/sweep_spec.md says so)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.pruners.PatientPruner(pruner, patience=patience, min_delta=spec.pruner.min_delta or 0.0)
 
 
 def _train_iters(spec: SweepSpec) -> int:

@@ -1,7 +1,9 @@
 """Objective reducers: how a metric's learning curve becomes the number Optuna optimises.
 
 One class per module behind ``CurveReducer`` (``_base.py``), picked by name with ``get_reducer``:
-``last`` (default), ``max``, ``min``, ``mean_last_k`` (with ``k``) and ``auc``.
+``last`` (default), ``max``, ``min``, ``mean_last_k`` (with ``k``; over an evaluated metric such as
+``eval/acc_greedy`` that is the mean of the last ``k`` evaluations, the final plateau), ``auc`` and
+``final_fit`` (the fitted curve at the last iteration, ``curve_fit``).
 
 Example:
     >>> from grpo.sweep.spec.objectives import get_reducer
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from grpo.sweep.spec.objectives._auc import AUCReducer
 from grpo.sweep.spec.objectives._base import CurveReducer
+from grpo.sweep.spec.objectives._final_fit import FinalFitReducer
 from grpo.sweep.spec.objectives._last import LastReducer
 from grpo.sweep.spec.objectives._max import MaxReducer, MinReducer
 from grpo.sweep.spec.objectives._mean_last_k import DEFAULT_K, MeanLastKReducer
@@ -24,6 +27,7 @@ REDUCERS: dict[str, type[CurveReducer]] = {
     "min": MinReducer,
     "mean_last_k": MeanLastKReducer,
     "auc": AUCReducer,
+    "final_fit": FinalFitReducer,
 }
 
 
@@ -47,6 +51,7 @@ __all__ = [
     "REDUCERS",
     "AUCReducer",
     "CurveReducer",
+    "FinalFitReducer",
     "LastReducer",
     "MaxReducer",
     "MeanLastKReducer",

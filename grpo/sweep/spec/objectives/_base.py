@@ -26,6 +26,13 @@ class CurveReducer(abc.ABC):
     def reduce(self, values: Sequence[float]) -> float:
         """The curve's value."""
 
+    def reduce_curve(self, points: Sequence[tuple[int, float]], horizon: int) -> float:
+        """The value of a curve given as (iteration, value) points of a run that ends at iteration ``horizon``.
+        An iteration-0 point is the base policy's evaluation, not what the trial achieved: left out here; a
+        reducer that models the curve (``final_fit``) uses it as the start."""
+        after = points[1:] if points and points[0][0] == 0 else points
+        return self.reduce([v for _, v in after])
+
     def __call__(self, values: Sequence[float]) -> float:
         return self.reduce(values)
 
