@@ -15,6 +15,7 @@ from grpo.sweep.run.collapse import ENTROPY, KL, SCORE, collapse_reason, dynamic
 from grpo.sweep.spec.load import load_spec
 from grpo.sweep.spec.models import CollapseRule
 from grpo.sweep.spec.samplers import make_pruner
+from sweep_helpers import load, run_cli, write_spec
 
 ITERS = 40
 
@@ -182,3 +183,23 @@ def test_patience_lets_a_still_improving_run_through(tmp_path):
     assert decisions(alone, curve)[0]
     patient = make_pruner(load_spec(spec_with(tmp_path, "name: median\npatience: 2\n" + options)))
     assert decisions(patient, curve) == [False] * 7 + [True]
+
+
+@pytest.mark.slow
+def test_a_kl_spike_stops_a_trial_through_the_driver_and_the_report_names_the_rule(tmp_path):
+    spec = write_spec(
+        tmp_path, name="kl", trials=2, concurrency=1, backend="collapse_backends:KLSpikeBackend",
+        search={"rl_config.clip_ratio": "choice(0.1, 0.3)"}, sampler={"name": "grid", "seed": 0},
+        pruner={"name": "none", "collapse": {"below_base": None, "kl_spike": 5, "window": 4, "entropy_floor": 0.01}},
+    )  # fmt: skip
+    done = run_cli(["run", str(spec), "--quiet"], cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    by_clip = {t.params["rl_config.clip_ratio"]: t for t in load(tmp_path, "kl").trials}
+    spiked, kept = by_clip[0.3], by_clip[0.1]
+    assert kept.state == optuna.trial.TrialState.COMPLETE
+    assert spiked.state == optuna.trial.TrialState.PRUNED
+    assert spiked.user_attrs["pruned_reason"].startswith(
+        "collapse.kl_spike at iteration 6 of 12: actor/kl_loss 0.9 is over 5x its median 0.0"
+    )
+    html = (tmp_path / "reports" / "kl" / "index.html").read_text()
+    assert "collapse.kl_spike at iteration 6 of 12" in html
