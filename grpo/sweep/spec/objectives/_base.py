@@ -39,6 +39,13 @@ class CurveReducer(abc.ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    # Equal when the same rule (the repr names its settings): the curve fit's cache keys on the reducer.
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and repr(other) == repr(self)
+
+    def __hash__(self) -> int:
+        return hash((type(self), repr(self)))
+
 
 def _checked(values: Sequence[float]) -> list[float]:
     """The values as floats; an empty curve is a ValueError (the caller's bug, not the user's)."""
