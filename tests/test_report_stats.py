@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from optuna.distributions import FloatDistribution
 from optuna.study import StudyDirection
 from optuna.trial import TrialState, create_trial
 from scipy import stats as sps
@@ -20,8 +21,10 @@ def trial(number: int, per_seed: list[float], seeds: list[int] | None = None, co
     attrs = {"seeds": seeds, "values_per_seed": [per_seed]}
     if confirmation_of is not None:
         attrs["confirmation_of"] = confirmation_of
-    t = create_trial(value=sum(per_seed) / len(per_seed), params={}, distributions={}, user_attrs=attrs,
-                     state=TrialState.COMPLETE)
+    # A confirmation reruns its source's point: the same params (its configuration), other seeds.
+    point = float(confirmation_of if confirmation_of is not None else number)
+    t = create_trial(value=sum(per_seed) / len(per_seed), params={"x": point},
+                     distributions={"x": FloatDistribution(0.0, 100.0)}, user_attrs=attrs, state=TrialState.COMPLETE)
     t.number = number
     return t
 
@@ -89,7 +92,35 @@ def test_best_trial_is_the_confirmation_stages_winner_once_it_has_two():
     study = optuna.create_study(direction="maximize")
     study.add_trials([trial(0, [0.95]), trial(1, [0.70])])
     assert best_trial(study).number == 0
-    study.add_trial(trial(2, [0.85, 0.86, 0.84], confirmation_of=0, seeds=[5, 6, 7]))
-    assert best_trial(study).number == 0  # one confirmation trial is not yet a stage
+    study.add_trial(trial(2, [0.65, 0.66, 0.64], confirmation_of=0, seeds=[5, 6, 7]))
+    # One confirmation is no stage yet, but it stands for its source (the same point on 3 fresh seeds): trial
+    # 0's lucky seed no longer counts, and trial 1 (0.70) leads its rerun (0.65).
+    assert best_trial(study).number == 1
     study.add_trial(trial(3, [0.71, 0.70, 0.72], confirmation_of=1, seeds=[5, 6, 7]))
-    assert best_trial(study).number == 2
+    assert best_trial(study).number == 3
+
+
+def test_a_trial_is_never_compared_with_its_own_rerun():
+    """The quickstart on a fresh clone (issue 31): one search trial complete, its confirmation on 3 fresh seeds,
+    and the verdict named the source itself as runner-up ("trial 6 vs trial 0: only 0 paired seed(s)"). The
+    rerun stands for its source; the runner-up is the best other configuration, or none."""
+    source, rerun = trial(0, [0.95]), trial(6, [0.77, 0.75, 0.78], confirmation_of=0, seeds=[5, 6, 7])
+    v = stats.verdict([source, rerun], StudyDirection.MAXIMIZE)
+    assert v.winner.number == 6 and v.runner_up is None and "no runner-up" in v.text()
+    other = trial(1, [0.60])
+    v = stats.verdict([source, other, rerun], StudyDirection.MAXIMIZE)
+    assert (v.winner.number, v.runner_up.number) == (6, 1)
+    # Two search trials of one point (the search proposed it twice) are one configuration, too.
+    twin = create_trial(value=0.9, params={"x": 0.0}, distributions={"x": FloatDistribution(0.0, 100.0)},
+                        user_attrs={"seeds": [1300], "values_per_seed": [[0.9]]}, state=TrialState.COMPLETE)
+    twin.number = 2
+    v = stats.verdict([source, twin, other], StudyDirection.MAXIMIZE)
+    assert (v.winner.number, v.runner_up.number) == (0, 1)
+
+
+def test_the_confirmation_stage_confirms_distinct_configurations():
+    from grpo.report.best import distinct_configurations
+
+    first, twin, other = trial(0, [0.9]), trial(3, [0.8]), trial(1, [0.7])
+    twin.params = dict(first.params)
+    assert [t.number for t in distinct_configurations([first, twin, other])] == [0, 1]

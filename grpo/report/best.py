@@ -3,7 +3,8 @@
 Single objective: the COMPLETE trial with the best value (Optuna's ``study.best_trial`` rule, ties to the
 lower number); once a confirmation stage has two or more complete trials, the best among them (they ran
 more, fresh seeds: a search trial's single lucky seed does not outrank them; ``stats.verdict`` uses the
-same pool). Several objectives: the Pareto front (Optuna's ``study.best_trials``), and as "the" best
+same pool); with one complete confirmation it stands for its source (``fold_confirmed``: the same point on
+more seeds). Several objectives: the Pareto front (Optuna's ``study.best_trials``), and as "the" best
 the front's member that is best on the first objective.
 
 A population-based (pbt) study: only the segments of its last generation (``pbt_generation`` ==
@@ -16,13 +17,14 @@ the confirmation stage's top k, retention and ``grpo-sweep best`` agree with the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from grpo.trial_attrs import CONFIRMATION_OF, PBT_GENERATION, PBT_SETTINGS, REPEAT_OF
+from grpo.trial_attrs import CONFIRMATION_OF, PBT_GENERATION, PBT_SETTINGS, PROMOTED_BASE, REPEAT_OF, SCHEDULE
 
 
 def is_repeat(trial: FrozenTrial) -> bool:
@@ -85,6 +87,39 @@ def comparable_trials(trials: Sequence[FrozenTrial], last: int | None = None) ->
     return [t for t in trials if (g := segment_generation(t)) is None or g == last]
 
 
+def configuration(trial: FrozenTrial) -> str:
+    """What a trial ran, as one comparable key: its parameters, its pbt schedule and the base a promoted
+    confirmation ran on. A confirmation trial has its source's configuration: it is the same point rerun."""
+    return json.dumps(
+        [sorted(trial.params.items()), trial.user_attrs.get(SCHEDULE), trial.user_attrs.get(PROMOTED_BASE)],
+        sort_keys=True,
+        default=str,
+    )
+
+
+def fold_confirmed(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """``trials`` without each search trial whose COMPLETE confirmation is among them: the rerun on fresh
+    seeds stands for its source (same point, more seeds), so the two never compete as winner and runner-up."""
+    rerun = {
+        t.user_attrs[CONFIRMATION_OF]
+        for t in trials
+        if t.user_attrs.get(CONFIRMATION_OF) is not None and t.state == TrialState.COMPLETE
+    }
+    return [t for t in trials if t.user_attrs.get(CONFIRMATION_OF) is not None or t.number not in rerun]
+
+
+def distinct_configurations(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """``trials`` with each configuration's first occurrence only (order kept)."""
+    seen: set[str] = set()
+    kept = []
+    for t in trials:
+        key = configuration(t)
+        if key not in seen:
+            seen.add(key)
+            kept.append(t)
+    return kept
+
+
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     """Every COMPLETE trial with values (a pbt study's earlier segments too; ``candidates`` leaves them out)."""
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values and not is_repeat(t)]
@@ -131,6 +166,7 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
         confirmed = [t for t in order if t.user_attrs.get(CONFIRMATION_OF) is not None]
         if len(confirmed) >= 2:
             return confirmed[0]
+        order = fold_confirmed(order)
         return order[0] if order else None
     front = pareto_front(study)
     if not front:

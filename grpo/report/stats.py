@@ -25,7 +25,7 @@ import numpy as np
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
-from grpo.report.best import comparable_trials
+from grpo.report.best import comparable_trials, configuration, fold_confirmed
 from grpo.trial_attrs import CONFIRMATION_OF, SEEDS, VALUES_PER_SEED
 
 CONFIDENCE = 0.95
@@ -178,7 +178,9 @@ class Verdict:
 
 def verdict(trials: Sequence[FrozenTrial], direction: StudyDirection, objective: int = 0) -> Verdict | None:
     """Winner and runner-up among COMPLETE trials with values: among the confirmation trials when there are
-    at least two (they ran more seeds on the same seeds), else among all; ranked by mean over seeds. A pbt
+    at least two (they ran more seeds on the same seeds), else among all with a confirmed search trial folded
+    into its confirmation (``best.fold_confirmed``); ranked by mean over seeds. The runner-up is the best trial
+    of another configuration (``best.configuration``), never the winner's own rerun. A pbt
     study's segments compete only from its last generation (``best.comparable_trials``: the highest among
     ``trials``; pass ``best.comparable(study)`` while the last generation has not started)."""
     done = [
@@ -187,13 +189,14 @@ def verdict(trials: Sequence[FrozenTrial], direction: StudyDirection, objective:
         if t.values is not None and len(t.values) > objective and t.state.name == "COMPLETE"
     ]
     confirmations = [t for t in done if t.user_attrs.get(CONFIRMATION_OF) is not None]
-    pool = confirmations if len(confirmations) >= 2 else done
+    pool = confirmations if len(confirmations) >= 2 else fold_confirmed(done)
     if not pool:
         return None
     s = -1.0 if direction == StudyDirection.MAXIMIZE else 1.0
     order = sorted(pool, key=lambda t: (s * statistics.fmean(seed_values(t, objective).values()), t.number))
     winner = order[0]
-    runner = order[1] if len(order) > 1 else None
+    # The runner-up is the best *other* configuration: a rerun of the winner's point is no rival to it.
+    runner = next((t for t in order[1:] if configuration(t) != configuration(winner)), None)
     return Verdict(
         winner=winner,
         winner_interval=trial_interval(winner, objective),

@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.engine.metrics import add_final_scalars, tensorboard_dir
-from grpo.report.best import comparable, ranked
+from grpo.report.best import comparable, distinct_configurations, ranked
 from grpo.report.stats import Interval, verdict
 from grpo.sweep.backends import TrialBackend
 from grpo.sweep.execution.trial_storage import local_folder
@@ -203,13 +203,14 @@ class Recorder:
     # -- confirmation stage ---------------------------------------------------------------------------
     def start_confirmation(self) -> None:
         """Enqueue the confirmation trials that are missing: the ``top_k`` best complete search trials'
-        parameters on fresh seeds. Idempotent: a source that already has a confirmation trial (in any
-        state: retries carry ``confirmation_of``) gets none, so a rerun adds only what a crash lost."""
+        parameters on fresh seeds, one per configuration (a point the search ran twice is confirmed once).
+        Idempotent: a source that already has a confirmation trial (in any state: retries carry
+        ``confirmation_of``) gets none, so a rerun adds only what a crash lost."""
         confirm = self.spec.confirm
         assert confirm is not None
         self.stage_started = True
         covered = {t.user_attrs[CONFIRMATION_OF] for t in self.view.all() if is_confirmation(t)}
-        top = [t for t in ranked(self.study) if not is_confirmation(t)][: confirm.top_k]
+        top = distinct_configurations([t for t in ranked(self.study) if not is_confirmation(t)])[: confirm.top_k]
         missing = [t for t in top if t.number not in covered]
         if not missing:
             return
