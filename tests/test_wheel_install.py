@@ -75,6 +75,8 @@ def installed(tmp_path_factory) -> Path:
     (wheel,) = (root / "dist").glob("grpo_sweep-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "grpo/_data/configs/grpo_trainer_tiny_cpu.yaml" in names and "grpo/_data/sweeps/quickstart.yaml" in names
+    assert any(n.startswith("grpo/_data/warm_start/") and n.endswith(".safetensors") for n in names)
+    assert "grpo/_data/warm_start/SHA256SUMS" in names  # the shipped base policy, the same bytes everywhere
     site = root / "site"
     subprocess.run(
         [*pip, "install", "--no-deps", "--target", str(site), str(wheel)],

@@ -8,8 +8,12 @@ is right sometimes, wrong often, which is what GRPO needs.
 
 The result is cached at ``<cache_dir>/warm_start/<key>.safetensors``, the key hashing everything that
 determines it (architecture, tokenizer, task, demonstrations, seed, steps, init std, a format version), so
-trials of a sweep share one warm start. Two processes that start it at once take turns on a lock file
-(``filelock.FileLock``); the file itself is written atomically (``grpo._fs.atomic_write``), so a reader
+trials of a sweep share one warm start. The shipped tiny config's warm start is package data
+(``grpo/_data/warm_start/<key>.safetensors``, its sha256 in ``SHA256SUMS``; ``tools/ship_warm_start.py``
+rebuilds it): 250 float32 AdamW steps do not give the same bits on two CPUs (kernels and their summation
+order differ), and the quickstart's figures moved with the machine (base policy 0.656 held-out greedy on one,
+0.719 on another), so every machine starts the shipped configs from the same bytes. Two processes that
+start it at once take turns on a lock file (``filelock.FileLock``); the file itself is written atomically (``grpo._fs.atomic_write``), so a reader
 never sees half a file.
 """
 
@@ -34,6 +38,35 @@ from grpo.engine.tokenizer import Tokenizer
 FORMAT_VERSION = 1
 BATCH_SIZE = 64
 PEAK_LR = 3e-3
+SHIPPED = Path(__file__).resolve().parent.parent / "_data" / "warm_start"
+SUMS = "SHA256SUMS"
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def shipped_sums(folder: Path = SHIPPED) -> dict[str, str]:
+    """``{file name: sha256}`` of the shipped warm starts (``sha256sum``'s format: ``HASH  NAME`` per line)."""
+    sums = folder / SUMS
+    if not sums.is_file():
+        return {}
+    pairs = (line.split() for line in sums.read_text().splitlines() if line.strip())
+    return {name.lstrip("*"): digest for digest, name in pairs}
+
+
+def shipped_file(key: str, folder: Path = SHIPPED) -> Path | None:
+    """The shipped warm start for ``key``, its bytes checked against ``SHA256SUMS``; None when none is shipped.
+    A file whose hash differs is a broken install, not a reason to train another policy silently."""
+    name = f"{key}.safetensors"
+    digest = shipped_sums(folder).get(name)
+    if digest is None:
+        return None
+    file = folder / name
+    found = file_sha256(file) if file.is_file() else "missing"
+    if found != digest:
+        raise RuntimeError(f"{file}: sha256 {found} is not the {digest} of {folder / SUMS}; reinstall grpo-sweep")
+    return file
 
 
 def default_cache_dir(configured: str | None) -> Path:
@@ -127,8 +160,10 @@ def warm_started_policy(
     init_std: float,
     cache_dir: Path,
     log: Callable[[str], object] | None = None,
+    use_shipped: bool = True,
 ) -> tuple[Qwen2, Path | None]:
-    """The fresh tiny policy after its (cached) warm start on ``task.demonstrations(seed)``, and its file."""
+    """The fresh tiny policy after its warm start on ``task.demonstrations(seed)`` (shipped, cached, or built
+    now and cached), and its file."""
     with torch.random.fork_rng():  # leave the caller's global RNG untouched
         torch.manual_seed(seed)
         model = Qwen2(args, init_std=init_std)
@@ -136,6 +171,11 @@ def warm_started_policy(
         return model.eval(), None
     examples = task.demonstrations(seed)
     key = cache_key(args, tokenizer, task.name, len(examples), seed, steps, init_std)
+    if use_shipped and (shipped := shipped_file(key)) is not None:
+        if log:
+            log(f"warm start: shipped {shipped.name} (the same bytes on every machine)")
+        load_weights(model, shipped.parent, shipped.name)
+        return model.eval(), shipped
     folder = Path(cache_dir) / "warm_start"
     file = folder / f"{key}.safetensors"
     folder.mkdir(parents=True, exist_ok=True)
