@@ -13,8 +13,8 @@ trials of a sweep share one warm start. The shipped tiny config's warm start is 
 rebuilds it): 250 float32 AdamW steps do not give the same bits on two CPUs (kernels and their summation
 order differ), and the quickstart's figures moved with the machine (base policy 0.656 held-out greedy on one,
 0.719 on another), so every machine starts the shipped configs from the same bytes. Two processes that
-start it at once take turns on a lock file (``filelock.FileLock``); the file itself is written atomically (``grpo._fs.atomic_write``), so a reader
-never sees half a file.
+start it at once take turns on a lock file (``filelock.FileLock``); the file itself is written atomically
+(``grpo._fs.atomic_write``), so a reader never sees half a file.
 """
 
 from __future__ import annotations
