@@ -133,7 +133,13 @@ def _git(*args: str) -> str:
         return "unknown"
 
 
-def header(iters: int, eval_every: int, commit: str = "HEAD") -> dict[str, Any]:
+def header(
+    iters: int,
+    eval_every: int,
+    commit: str = "HEAD",
+    grid: dict[str, list[float]] | None = None,
+    seeds: list[int] | None = None,
+) -> dict[str, Any]:
     import torch
 
     dirty = _git("status", "--porcelain", "--", "grpo/engine", "grpo/config", "configs")
@@ -147,8 +153,8 @@ def header(iters: int, eval_every: int, commit: str = "HEAD") -> dict[str, Any]:
             "megatron_training.seed=S",
             "generate_config.sampling_config.seed=S",
         ],
-        "grid": GRID,
-        "seeds": SEEDS,
+        "grid": grid or GRID,  # the axes actually run (the flags replace GRID's)
+        "seeds": seeds or SEEDS,
         "train_iters": iters,
         "eval_every": eval_every,
         "metrics": METRICS,
@@ -197,19 +203,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--smoke", action="store_true", help="2 configurations x 1 seed x 3 iterations, to /tmp")
     ap.add_argument("--lr", type=float, nargs="*", help="learning rates to run instead of the grid's (extend it)")
+    ap.add_argument("--clip", type=float, nargs="*", help="clip ratios to run instead of the grid's")
+    ap.add_argument("--kl", type=float, nargs="*", help="KL weights to run instead of the grid's (one value fixes it)")
     ap.add_argument("--seeds", type=int, nargs="*", help="seeds instead of 1234 1235")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
 
-    axes = {**GRID, **({"actor_config.lr": args.lr} if args.lr else {})}
+    flags = {"actor_config.lr": args.lr, "rl_config.clip_ratio": args.clip, "rl_config.init_kl_coef": args.kl}
+    axes = {k: flags[k] or v for k, v in GRID.items()}
     grid = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
     seeds = args.seeds or SEEDS
     if args.smoke:
         grid, seeds, args.iters = grid[:2], SEEDS[:1], 3
+        axes = {k: sorted({p[k] for p in grid}) for k in axes}
         if args.out == DEFAULT_OUT:
             args.out = Path(tempfile.gettempdir()) / "grpo_table_smoke.json.gz"
 
-    table = load_table(args.out) or {"header": header(args.iters, args.eval_every, args.commit), "runs": []}
+    fresh = {"header": header(args.iters, args.eval_every, args.commit, axes, seeds), "runs": []}
+    table = load_table(args.out) or fresh
     old = table["header"]
     if (old["train_iters"], old["eval_every"], old["config"]) != (args.iters, args.eval_every, CONFIG):
         print(f"error: {args.out} holds runs of other settings; use another --out", file=sys.stderr)
