@@ -1,9 +1,10 @@
 """Search efficiency, measured: replay samplers and pruners over the tabular GRPO benchmark at zero cost.
 
 The table (benchmarks/data/grpo_table.json.gz, built by benchmarks/build_grpo_table.py) holds real engine runs
-of ``grpo_trainer_tiny_cpu`` on a grid (lr x clip_ratio x init_kl_coef, two seeds each, 60 iterations, held-out
+of ``grpo_trainer_tiny_cpu`` on a grid (its header names the grid, the seeds and the run length; held-out
 evaluation every 10). A replayed study is an Optuna study built the way the product builds it: the spec is
-sweeps/quickstart.yaml (objective ``eval/acc_greedy`` reduced with ``auc``) with its search replaced by the
+sweeps/quickstart.yaml (its objective as it ships: ``eval/acc_greedy`` reduced with ``mean_last_k``, k=3,
+since 4fa2700; ``auc`` before) with its search replaced by the
 grid's values as ``choice(...)`` expressions and its sampler/pruner swapped per combination, validated by
 ``grpo.sweep.spec.load.load_spec``; sampler and pruner come from ``grpo.sweep.spec.samplers.make_sampler/make_pruner``
 and the parameters from ``SearchSpace.suggest``. Each trial looks its configuration up in the table and takes
@@ -12,9 +13,12 @@ one of its recorded seeds (the replay seed decides), then plays the driver's par
 - after every iteration it reports the objective reduced over the curve so far, ``trial.report(v, step=it)``,
   from the first evaluation after iteration 0: the driver records the engine's iteration-0 line (the base
   policy's evaluation) but leaves it out of the objective (``_seed_value``);
-- then the collapse rule when the spec has ``pruner.collapse`` (``grpo.sweep.run.collapse.collapse_reason``,
-  the driver's own function, on the run's curve with its iteration 0), then ``trial.should_prune()``, never
-  at the last iteration; a pruned trial is told PRUNED;
+- then, in the driver's order (grpo/sweep/run/stoppers.py), the collapse rule when the spec has
+  ``pruner.collapse`` (``grpo.sweep.run.collapse.collapse_reason``, the driver's own function, on the run's
+  curve with its iteration 0), the curve-aware stopper when it has ``pruner.curve``
+  (``grpo.sweep.run.curve_stop.curve_decision`` against ``incumbent_of(study)``, the reducer passed as
+  ``curve_stopper`` passes it), then ``trial.should_prune()``, never at the last iteration; a pruned trial is
+  told PRUNED;
 - a point that already ran is answered with ``grpo.sweep.study.repeats.answer_repeat`` (the driver's rule: told
   the earlier trial's result, not run), and 50 such in a row end the study (``MAX_DUPLICATES_IN_A_ROW``).
   ``--duplicates fail`` replays the driver before that rule (a repeat told FAIL, which TPE ignores).
@@ -25,7 +29,15 @@ with the best observed (one-seed) value, scored by its configuration's true valu
 script reports, with 95 % bootstrap intervals: (a) the compute until the incumbent is within 1 % of the grid's
 best true value; (b) the regret (best true value - incumbent's) at budgets of 8 and 16 full runs; (c) the
 compute until the incumbent is as good as random search's at that budget, as a fraction of that budget
-(random's target taken from the replay with the same seed).
+(random's target taken from the replay with the same seed). ``--true-value end_point`` makes the true value
+the mean over seeds of the end point instead of the auc.
+
+The winner is also judged on what a user deploys, with tuning and test seeds kept apart (Eimer et al. 2023):
+the incumbent at 8 and 16 runs is scored by its end point (mean of the last 3 evaluations) averaged over
+the configuration's seeds that the search did not see. Per arm, with benchmarks/_rliable.py (rliable,
+Agarwal et al. 2021): the IQM over replays with its stratified-bootstrap interval, the paired difference to
+random (replay seed s meets random's seed s) with its interval, and P(arm's winner beats random's). A replay
+with no complete trial by then is scored as the worst configuration's end point.
 
 GRPO-aware rule: ``pruner.collapse`` (grpo/sweep/run/collapse.py) stops a trial at an evaluation before the
 last when its held-out greedy accuracy is more than 0.10 below its base policy's (iteration 0).
@@ -61,6 +73,7 @@ ROOT = HERE.parent
 DEFAULT_TABLE = HERE / "data" / "grpo_table.json.gz"
 SPEC_TEMPLATE = ROOT / "sweeps" / "quickstart.yaml"
 METRIC = "eval/acc_greedy"
+END_K = 3  # the end point: mean of the last 3 evaluations (mean_last_k, k=3, as sweeps/quickstart.yaml)
 BUDGETS_RUNS = (8, 16)  # fixed budgets for (b) and (c), in full runs' worth of trial-iterations
 
 Key = tuple[float, ...]
@@ -76,7 +89,12 @@ class Combo:
 
 
 QUICKSTART_TPE = {"name": "tpe", "options": {"n_startup_trials": 3}}
+TPE5 = {"name": "tpe", "options": {"n_startup_trials": 5}}
 COLLAPSE: dict[str, Any] = {"collapse": {}}  # pruner.collapse with its defaults: eval/acc_greedy, 0.10 below the base
+# pruner.curve as sweeps/quickstart.yaml sets it (grpo/sweep/run/curve_stop.py), with the collapse rule
+CURVE: dict[str, Any] = {"curve": {"min_points": 5, "bounds": [0, 1]}, **COLLAPSE}
+# sweeps/quickstart.yaml since 4fa2700: TPE (5 start-up trials), no Optuna pruner, the curve stopper + collapse
+DEFAULT_LABEL = "TPE (5 startup) + curve + collapse rule (shipped default)"
 COMBOS: list[Combo] = [
     Combo("random", {"name": "random"}, {"name": "none"}),
     Combo("TPE", QUICKSTART_TPE, {"name": "none"}),
@@ -107,13 +125,19 @@ COMBOS: list[Combo] = [
         QUICKSTART_TPE,
         {"name": "hyperband", "warmup_steps": 10, **COLLAPSE},
     ),
-    # ... and since (sweeps/quickstart.yaml, kl_study.yaml, sampling_study.yaml): the least compute to random's
-    # best at 8 and 16 runs and to within 1 % of the best on the table rebuilt at 547876d.
+    # ... then to 4fa2700 (the least compute to random's best on the table rebuilt at 547876d) ...
     Combo(
-        "TPE (5 startup) + hyperband + collapse rule (shipped default)",
-        {"name": "tpe", "options": {"n_startup_trials": 5}},
+        "TPE (5 startup) + hyperband + collapse rule (default before)",
+        TPE5,
         {"name": "hyperband", "warmup_steps": 10, **COLLAPSE},
     ),
+    # ... and since: no early rungs, the curve-aware stopper (issue 31 item 1), here beside its parts.
+    Combo(DEFAULT_LABEL, TPE5, {"name": "none", **CURVE}),
+    Combo("TPE (5 startup)", TPE5, {"name": "none"}),
+    Combo("TPE (5 startup) + collapse rule", TPE5, {"name": "none", **COLLAPSE}),
+    Combo("TPE + curve + collapse rule", QUICKSTART_TPE, {"name": "none", **CURVE}),
+    Combo("random + curve + collapse rule", {"name": "random"}, {"name": "none", **CURVE}),
+    Combo("GP + curve + collapse rule", {"name": "gp"}, {"name": "none", **CURVE}),
 ]
 
 
@@ -132,6 +156,14 @@ class Table:
     header: dict[str, Any]
     base: float = 0.0
     true_value: dict[Key, float] = field(default_factory=dict)
+    # per configuration and seed: the end point (mean of the last END_K evaluations), what a user deploys
+    end_point: dict[Key, dict[int, float]] = field(default_factory=dict)
+
+    def test_value(self, key: Key, seen_seed: int) -> float:
+        """The end point of ``key`` averaged over its seeds other than the one the search saw (test seeds,
+        Eimer et al. 2023); the search's own seed only when the configuration has no other."""
+        other = [v for s, v in self.end_point[key].items() if s != seen_seed]
+        return float(np.mean(other or list(self.end_point[key].values())))
 
     @property
     def best(self) -> float:
@@ -143,7 +175,9 @@ def objective_points(run: Run) -> list[float]:
     return [v for it, v in run.evals if it >= 1]
 
 
-def load_table(path: Path) -> Table:
+def load_table(path: Path, true_value: str = "auc") -> Table:
+    """The table; a configuration's true value is the mean over its seeds of ``true_value`` (auc, or
+    end_point: mean of the last END_K evaluations)."""
     from grpo.sweep.spec.objectives import get_reducer
 
     with gzip.open(path, "rt", encoding="utf-8") as fh:
@@ -160,9 +194,11 @@ def load_table(path: Path) -> Table:
         table.runs.setdefault(key, []).append(Run(int(rec["seed"]), evals))
         bases += [v for it, v in evals if it == 0]
     table.base = float(np.mean(bases))
-    auc = get_reducer("auc")
+    end = get_reducer("mean_last_k", END_K)
+    table.end_point = {k: {r.seed: end.reduce(objective_points(r)) for r in rs} for k, rs in table.runs.items()}
+    judge = get_reducer(true_value) if true_value == "auc" else end
     table.true_value = {
-        k: float(np.mean([auc.reduce(objective_points(r)) for r in rs])) for k, rs in table.runs.items()
+        k: float(np.mean([judge.reduce(objective_points(r)) for r in rs])) for k, rs in table.runs.items()
     }
     return table
 
@@ -209,6 +245,8 @@ class Trace:
     incumbent: list[float]  # nan until a trial completes
     trials: int
     pruned: int
+    test: list[float] = field(default_factory=list)  # the incumbent's end point on its unseen seeds; nan before
+    stopped_by: dict[str, int] = field(default_factory=dict)  # collapse / curve / pruner: trials each stopped
 
 
 def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizon: int, duplicate_mode: str) -> Trace:
@@ -216,6 +254,7 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
     from optuna.trial import TrialState
 
     from grpo.sweep.run.collapse import collapse_reason
+    from grpo.sweep.run.curve_stop import curve_decision, incumbent_of
     from grpo.sweep.spec.models import PrunerSpec, SamplerSpec
     from grpo.sweep.spec.samplers import make_pruner, make_sampler
     from grpo.sweep.spec.space import SearchSpace
@@ -238,7 +277,11 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
     cost, best_seen, best_true = 0, -math.inf, math.nan
     trace = Trace([], [], 0, 0)
     duplicates, limit = 0, max_duplicates()
-    collapse = spec.pruner.collapse
+    collapse, curve_rule = spec.pruner.collapse, spec.pruner.curve
+    objective = spec.objectives[0]
+    # as grpo/sweep/run/stoppers.py's curve_stopper passes it: None for the reducers that are the end value
+    curve_reduce = None if objective.reduce in ("last", "final_fit") else objective.reducer()
+    best_test = math.nan
     while cost < horizon and duplicates < limit:
         trial = study.ask()
         params = space.suggest(trial)
@@ -259,7 +302,7 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
         run = runs[int(rng.integers(len(runs)))]
         evals = dict(run.evals)
         seen: list[float] = []
-        stopped_at = 0
+        stopped_at, why = 0, ""
         for it in range(1, table.iters + 1):
             if it in evals:
                 seen.append(evals[it])
@@ -268,15 +311,26 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
             if it == table.iters:
                 break  # a trial that ran all its iterations completes: never pruned at its last step
             if collapse is not None and it in evals and collapse_reason(collapse, [run.evals], it, table.iters):
-                stopped_at = it
+                stopped_at, why = it, "collapse"
                 break
+            # The curve stopper (the driver asks it every iteration; its inputs change only at an evaluation).
+            if curve_rule is not None and it in evals:
+                points = [(i, v) for i, v in run.evals if i <= it]  # the base evaluation (iteration 0) first
+                if len(points) >= curve_rule.min_points + 1:
+                    decision = curve_decision(
+                        points, table.iters, incumbent_of(study, True), curve_rule, True, curve_reduce
+                    )
+                    if decision.stop:
+                        stopped_at, why = it, "curve"
+                        break
             if trial.should_prune():
-                stopped_at = it
+                stopped_at, why = it, "pruner"
                 break
         trace.trials += 1
         if stopped_at:
             cost += stopped_at
             trace.pruned += 1
+            trace.stopped_by[why] = trace.stopped_by.get(why, 0) + 1
             ran[key] = study.tell(trial, state=TrialState.PRUNED)
         else:
             cost += table.iters
@@ -284,19 +338,21 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
             ran[key] = study.tell(trial, value)
             if value > best_seen:
                 best_seen, best_true = value, table.true_value[key]
+                best_test = table.test_value(key, run.seed)
         trace.cost.append(cost)
         trace.incumbent.append(best_true)
+        trace.test.append(best_test)
     return trace
 
 
 _WORKER: dict[str, Any] = {}  # per replay process: the table and the spec, loaded once
 
 
-def _init_worker(table_path: Path) -> None:
+def _init_worker(table_path: Path, true_value: str) -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    table = load_table(table_path)
+    table = load_table(table_path, true_value)
     with tempfile.TemporaryDirectory() as folder:
         _WORKER.update(table=table, spec=base_spec(table, Path(folder)))
 
@@ -312,6 +368,12 @@ def _replay_job(args: tuple[int, int, int, str]) -> tuple[int, int, Trace, float
 def incumbent_at(trace: Trace, budget: int) -> float:
     """The incumbent's true value once ``budget`` trial-iterations are spent (trials finished within it)."""
     values = [v for c, v in zip(trace.cost, trace.incumbent, strict=True) if c <= budget and not math.isnan(v)]
+    return values[-1] if values else math.nan
+
+
+def test_at(trace: Trace, budget: int) -> float:
+    """The end point, on the seeds the search never saw, of the incumbent once ``budget`` is spent."""
+    values = [v for c, v in zip(trace.cost, trace.test, strict=True) if c <= budget and not math.isnan(v)]
     return values[-1] if values else math.nan
 
 
@@ -363,11 +425,33 @@ class Row:
     trials: float
     pruned: float
     no_answer: dict[int, float]  # share of replays with no complete trial at each budget
+    # the winner's end point on unseen seeds: IQM [CI], paired difference to random [CI], P(beats random)
+    end_point: dict[int, EndPoint] = field(default_factory=dict)
+    compute_iqm: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    stopped_by: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EndPoint:
+    iqm: tuple[float, float, float]
+    minus_random: tuple[float, float, float]
+    p_beats_random: float
+    scores: list[float]
 
 
 def summarize(table: Table, traces: dict[int, list[Trace]], random_traces: list[Trace] | None) -> list[Row]:
+    sys.path.insert(0, str(HERE))
+    from _rliable import iqm_interval, p_improvement, paired_difference
+
     iters, best = table.iters, table.best
     targets = {b: [incumbent_at(t, b * iters) for t in random_traces] for b in BUDGETS_RUNS} if random_traces else {}
+    # No complete trial by then: no answer, scored as the worst configuration's end point.
+    worst_end = min(float(np.mean(list(v.values()))) for v in table.end_point.values())
+
+    def end_scores(tr: Sequence[Trace], b: int) -> list[float]:
+        return [worst_end if math.isnan(v) else v for v in (test_at(t, b * iters) for t in tr)]
+
+    random_end = {b: end_scores(random_traces, b) for b in BUDGETS_RUNS} if random_traces else {}
     rows = []
     for i, tr in traces.items():
         to_best = [cost_to_reach(t, 0.99 * best) for t in tr]
@@ -380,6 +464,20 @@ def summarize(table: Table, traces: dict[int, list[Trace]], random_traces: list[
             b: bootstrap([cost_to_reach(t, x) / (b * iters) for t, x in zip(tr, targets[b], strict=False)], _median)
             for b in targets
         }
+        end: dict[int, EndPoint] = {}
+        compute_iqm: dict[int, tuple[float, float, float]] = {}
+        for b in random_end:
+            x = end_scores(tr, b)
+            y = random_end[b][: len(x)]  # replay seed s meets random's seed s
+            end[b] = EndPoint(iqm_interval(x), paired_difference(x, y), p_improvement(x, y), x)
+            # never reached: censored at the replay's horizon (a share of horizon / budget)
+            horizon = max(t.cost[-1] for t in tr) if tr else 0
+            shares = [min(cost_to_reach(t, x), horizon) / (b * iters) for t, x in zip(tr, targets[b], strict=False)]
+            compute_iqm[b] = iqm_interval(shares)
+        stops: dict[str, float] = {}
+        for t in tr:
+            for why, n in t.stopped_by.items():
+                stops[why] = stops.get(why, 0.0) + n / len(tr)
         rows.append(
             Row(
                 COMBOS[i].label,
@@ -390,6 +488,9 @@ def summarize(table: Table, traces: dict[int, list[Trace]], random_traces: list[
                 float(np.mean([t.trials for t in tr])),
                 float(np.mean([t.pruned for t in tr])),
                 {b: float(np.mean(np.isnan(at[b]))) for b in BUDGETS_RUNS},
+                end,
+                compute_iqm,
+                stops,
             )
         )
     return rows
@@ -411,6 +512,27 @@ def markdown(rows: list[Row], iters: int) -> str:
         cells += [_fmt(r.fraction[b], 2) if b in r.fraction else "n/a" for b in BUDGETS_RUNS]
         cells.append(f"{r.trials:.1f} / {r.pruned:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
+    if any(r.end_point for r in rows):
+        cols = ["sampler + pruner"]
+        for b in BUDGETS_RUNS:
+            cols += [
+                f"winner's end point at {b} runs, unseen seeds (IQM)",
+                "minus random's (paired mean)",
+                "P(beats random)",
+                f"compute to random's best at {b} runs (IQM, never = horizon)",
+            ]
+        cols.append("stopped by (mean per replay)")
+        lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in rows:
+            cells = [r.label]
+            for b in BUDGETS_RUNS:
+                e = r.end_point.get(b)
+                if e is None:
+                    cells += ["n/a"] * 4
+                    continue
+                cells += [_fmt(e.iqm, 4), _fmt(e.minus_random, 4), f"{e.p_beats_random:.2f}", _fmt(r.compute_iqm[b], 2)]
+            cells.append(", ".join(f"{k} {v:.1f}" for k, v in sorted(r.stopped_by.items())) or "-")
+            lines.append("| " + " | ".join(cells) + " |")
     for r in rows:
         for b, share in r.no_answer.items():
             if share:
@@ -423,7 +545,7 @@ def markdown(rows: list[Row], iters: int) -> str:
 def verdict(rows: list[Row]) -> list[str]:
     """The issue's target in words: the default reaches random's best with <= 1/3 of its compute, and is best."""
     out = []
-    default = next((r for r in rows if "default" in r.label), None)
+    default = next((r for r in rows if r.label == DEFAULT_LABEL), None)
     if default is not None and default.fraction:
         for b, (mid, lo, hi) in default.fraction.items():
             met = "met" if mid <= 1 / 3 else "NOT met"
@@ -439,6 +561,23 @@ def verdict(rows: list[Row]) -> list[str]:
         f"lowest mean regret at {b} runs: {top.label} ({top.regret[b][0]:.4f}); intervals overlapping it: "
         + (", ".join(tied) if tied else "none")
     )
+    for b in BUDGETS_RUNS:
+        scored = [r for r in rows if b in r.end_point and r.label != "random"]
+        if not scored:
+            continue
+        top = max(scored, key=lambda r: r.end_point[b].iqm[0])
+        e = top.end_point[b]
+        above = "above 0" if e.minus_random[1] > 0 else "not above 0"
+        out.append(
+            f"best end point at {b} runs (IQM over replays, unseen seeds): {top.label} {_fmt(e.iqm, 4)}, "
+            f"minus random {_fmt(e.minus_random, 4)} ({above}), P(beats random) {e.p_beats_random:.2f}"
+        )
+        others = [r for r in rows if b in r.fraction and r.label != "random"]
+        cheapest = min(others, key=lambda r: (r.fraction[b][0], r.compute_iqm[b][0]))
+        out.append(
+            f"least compute to random's best at {b} runs: {cheapest.label} median {_fmt(cheapest.fraction[b], 2)}, "
+            f"IQM {_fmt(cheapest.compute_iqm[b], 2)}"
+        )
     fastest = min(rows, key=lambda r: r.to_best[0])
     out.append(
         f"least compute to within 1 % of best: {fastest.label} (median {_fmt(fastest.to_best)} trial-iterations)"
@@ -453,7 +592,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gp-replays", type=int, default=50, help="replay seeds for GP (a GP fit per proposal is slow)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--horizon-runs", type=int, default=24, help="stop a replay after this many full runs' worth")
-    ap.add_argument("--only", nargs="*", help="combination labels to run (default: all)")
+    ap.add_argument("--only", nargs="*", help="combination labels to run (default: all; random always runs)")
+    ap.add_argument(
+        "--true-value",
+        choices=["auc", "end_point"],
+        default="auc",
+        help="what a configuration's true value is for regret and compute shares: the mean over its seeds of the "
+        f"auc, or of the end point (mean of the last {END_K} evaluations); the end point on unseen seeds is "
+        "reported either way",
+    )
     ap.add_argument(
         "--duplicates",
         choices=["answer", "fail", "both"],
@@ -468,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
 
-    table = load_table(args.table)
+    table = load_table(args.table, args.true_value)
     n_runs = sum(len(r) for r in table.runs.values())
     iters, best = table.iters, table.best
     horizon = args.horizon_runs * iters
@@ -478,18 +625,28 @@ def main(argv: list[str] | None = None) -> int:
         f"{table.header['git_commit'][:10]}, built {table.header.get('updated', table.header['created'])}"
     )
     print(f"base policy held-out greedy accuracy (iteration 0): {table.base:.3f}")
-    print(f"objective: {METRIC}, auc over the evaluations at iterations 10..{iters}; true value: mean over seeds")
+    objective = yaml.safe_load(SPEC_TEMPLATE.read_text())["objective"]
+    print(
+        f"search objective (from {SPEC_TEMPLATE.relative_to(ROOT)}): {objective}; true value: {args.true_value} "
+        f"of {METRIC} over the evaluations at iterations >= 1, mean over seeds; end point: mean of the last "
+        f"{END_K} evaluations"
+    )
     ranked = sorted(table.true_value.items(), key=lambda kv: -kv[1])
     for n, (key, value) in enumerate(ranked, 1):
         per_seed = ", ".join(f"{get_auc(r):.3f}" for r in table.runs[key])
+        ends = ", ".join(f"{table.end_point[key][r.seed]:.3f}" for r in table.runs[key])
         knobs = " ".join(f"{k.split('.')[-1]}={v:g}" for k, v in zip(table.keys, key, strict=True))
-        print(f"  {n:2d}. {knobs}: {value:.4f} (seeds: {per_seed})")
+        print(f"  {n:2d}. {knobs}: {value:.4f} (auc by seed: {per_seed}; end point by seed: {ends})")
     near = sum(v >= 0.99 * best for v in table.true_value.values())
     print(f"grid best {best:.4f}; within 1 % of it (>= {0.99 * best:.4f}): {near} configuration(s)\n")
 
-    combos = [i for i, c in enumerate(COMBOS) if not args.only or c.label in args.only]
-    modes = ["fail", "answer"] if args.duplicates == "both" else [args.duplicates]
     random_index = next(i for i, c in enumerate(COMBOS) if c.label == "random")
+    unknown = set(args.only or []) - {c.label for c in COMBOS}
+    if unknown:
+        print(f"error: --only: no such combination(s): {sorted(unknown)}", file=sys.stderr)
+        return 2
+    combos = [i for i, c in enumerate(COMBOS) if not args.only or c.label in args.only or i == random_index]
+    modes = ["fail", "answer"] if args.duplicates == "both" else [args.duplicates]
     for mode in modes:
         n_replays = {
             i: min(args.replays, args.gp_replays) if COMBOS[i].sampler["name"] == "gp" else args.replays for i in combos
@@ -503,7 +660,9 @@ def main(argv: list[str] | None = None) -> int:
         traces: dict[int, dict[int, Trace]] = {i: {} for i in combos}
         seconds = dict.fromkeys(combos, 0.0)
         t0 = time.perf_counter()
-        with mp.get_context("spawn").Pool(args.jobs, initializer=_init_worker, initargs=(args.table,)) as pool:
+        with mp.get_context("spawn").Pool(
+            args.jobs, initializer=_init_worker, initargs=(args.table, args.true_value)
+        ) as pool:
             for n, (i, s, trace, sec) in enumerate(pool.imap_unordered(_replay_job, jobs, chunksize=2), 1):
                 traces[i][s] = trace
                 seconds[i] += sec
@@ -514,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
         ordered = {i: [traces[i][s] for s in range(n_replays[i])] for i in combos}
         rows = summarize(table, ordered, ordered.get(random_index))
         if mode == "answer" and args.summary:
-            write_tabular_summary(rows, Path(args.summary), n_replays)
+            write_tabular_summary(rows, Path(args.summary), n_replays, table)
         what = {
             "fail": "a repeated point is told FAIL and skipped, as the driver did before answer_repeat",
             "answer": "a repeated point is told the earlier trial's result, as grpo/sweep/study/repeats.py does",
@@ -534,18 +693,32 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_tabular_summary(rows: list[Row], path: Path, n_replays: dict[int, int]) -> None:
-    """Compute share to random's best at 8 and 16 runs per arm, merged into results/search_summary.json."""
+def write_tabular_summary(rows: list[Row], path: Path, n_replays: dict[int, int], table: Table) -> None:
+    """Per arm, merged into results/search_summary.json: the compute share to random's best at 8 and 16 runs
+    (median [95 % CI], the issue's format), its IQM, and the winner's end point on unseen seeds."""
     sys.path.insert(0, str(HERE))
     from _rliable import merge_summary
 
     labels = {c.label: i for i, c in enumerate(COMBOS)}
-    part = {
-        r.label: {f"compute_share_{b}": list(r.fraction[b]) for b in BUDGETS_RUNS if b in r.fraction}
-        | {"replays": n_replays[labels[r.label]]}
-        for r in rows
+    part: dict[str, Any] = {}
+    for r in rows:
+        arm: dict[str, Any] = {f"compute_share_{b}": list(r.fraction[b]) for b in BUDGETS_RUNS if b in r.fraction}
+        for b, e in r.end_point.items():
+            arm[f"compute_share_iqm_{b}"] = list(r.compute_iqm[b])
+            arm[f"end_point_{b}"] = {
+                "iqm": list(e.iqm),
+                "minus_random": list(e.minus_random),
+                "p_beats_random": e.p_beats_random,
+            }
+        part[r.label] = arm | {"replays": n_replays[labels[r.label]]}
+    part["_table"] = {
+        "commit": table.header["git_commit"],
+        "grid": table.header["grid"],
+        "seeds": table.header["seeds"],
+        "train_iters": table.iters,
+        "end_point": f"mean of the last {END_K} evaluations of {METRIC}, over the seeds the search did not see",
     }
-    merge_summary("tabular", part, ROOT, path)
+    merge_summary("tabular", part, ROOT, path, default=DEFAULT_LABEL)
 
 
 def get_auc(run: Run) -> float:
