@@ -410,7 +410,7 @@ def table_compute_fraction(table: Path, replays: int, jobs: int) -> dict[str, An
     sys.path.insert(0, str(HERE))
     import search_efficiency as se
 
-    labels = ("random", "TPE (5 startup) + hyperband + collapse rule (shipped default)")
+    labels = ("random", se.DEFAULT_LABEL)  # the arm that is sweeps/quickstart.yaml's search as it ships
     index = {c.label: i for i, c in enumerate(se.COMBOS)}
     t = se.load_table(table)
     horizon = 24 * t.iters

@@ -348,7 +348,7 @@ def replay(table: Table, spec: SweepSpec, combo: Combo, replay_seed: int, horizo
 _WORKER: dict[str, Any] = {}  # per replay process: the table and the spec, loaded once
 
 
-def _init_worker(table_path: Path, true_value: str) -> None:
+def _init_worker(table_path: Path, true_value: str = "auc") -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -612,6 +612,11 @@ def main(argv: list[str] | None = None) -> int:
         default=str(HERE / "results" / "search_summary.json"),
         help="merge the compute shares into this file ('' to skip)",
     )
+    ap.add_argument(
+        "--summary-part",
+        default="tabular",
+        help="the summary's part to replace: 'tabular' for the shipped table, another name for a second landscape",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
 
@@ -673,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         ordered = {i: [traces[i][s] for s in range(n_replays[i])] for i in combos}
         rows = summarize(table, ordered, ordered.get(random_index))
         if mode == "answer" and args.summary:
-            write_tabular_summary(rows, Path(args.summary), n_replays, table)
+            write_tabular_summary(rows, Path(args.summary), n_replays, table, args.summary_part)
         what = {
             "fail": "a repeated point is told FAIL and skipped, as the driver did before answer_repeat",
             "answer": "a repeated point is told the earlier trial's result, as grpo/sweep/study/repeats.py does",
@@ -693,7 +698,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_tabular_summary(rows: list[Row], path: Path, n_replays: dict[int, int], table: Table) -> None:
+def write_tabular_summary(
+    rows: list[Row], path: Path, n_replays: dict[int, int], table: Table, part_name: str = "tabular"
+) -> None:
     """Per arm, merged into results/search_summary.json: the compute share to random's best at 8 and 16 runs
     (median [95 % CI], the issue's format), its IQM, and the winner's end point on unseen seeds."""
     sys.path.insert(0, str(HERE))
@@ -713,12 +720,13 @@ def write_tabular_summary(rows: list[Row], path: Path, n_replays: dict[int, int]
         part[r.label] = arm | {"replays": n_replays[labels[r.label]]}
     part["_table"] = {
         "commit": table.header["git_commit"],
+        "overrides": table.header.get("overrides", []),
         "grid": table.header["grid"],
         "seeds": table.header["seeds"],
         "train_iters": table.iters,
         "end_point": f"mean of the last {END_K} evaluations of {METRIC}, over the seeds the search did not see",
     }
-    merge_summary("tabular", part, ROOT, path, default=DEFAULT_LABEL)
+    merge_summary(part_name, part, ROOT, path, default=DEFAULT_LABEL)
 
 
 def get_auc(run: Run) -> float:
