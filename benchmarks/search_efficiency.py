@@ -726,7 +726,7 @@ def write_tabular_summary(
         "train_iters": table.iters,
         "end_point": f"mean of the last {END_K} evaluations of {METRIC}, over the seeds the search did not see",
     }
-    merge_summary(part_name, part, ROOT, path, default=DEFAULT_LABEL)
+    merge_summary(part_name, part, ROOT, path)  # "default" is the lead's call (the real part names its arms)
 
 
 def get_auc(run: Run) -> float:

@@ -97,4 +97,4 @@ def test_the_summary_has_the_issue_format(table: se.Table, tmp_path: Path) -> No
     assert len(arm["compute_share_8"]) == 3 and len(arm["compute_share_16"]) == 3
     assert set(arm["end_point_8"]) == {"iqm", "minus_random", "p_beats_random"}
     assert got["tabular"]["random"]["end_point_8"]["minus_random"] == [0.0, 0.0, 0.0]
-    assert got["default"] == se.DEFAULT_LABEL and "commit" in got
+    assert "default" in got and "commit" in got
