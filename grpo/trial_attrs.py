@@ -20,6 +20,7 @@ ATTEMPT = "attempt"
 RETRY_OF = "retry_of"  # grpo's retry lineage: the trial number this retry reruns (see OPTUNA_FAILED_TRIAL)
 RESUME_FROM = "resume_from"  # the trial folder whose checkpoints a retry resumes from
 RESUMED_AT_ITERATION = "resumed_at_iteration"  # seed -> checkpoint iteration
+START_POINT = "start_point"  # the index in the spec's start_points of the point this trial was enqueued as
 CONFIRMATION_OF = "confirmation_of"  # the search trial a confirmation trial reruns on fresh seeds
 REPEAT_OF = "repeat_of"  # a proposal equal to that trial's parameters, told its result, never run
 

@@ -47,6 +47,7 @@ from grpo.sweep.run.trial_builder import TrialBuilder
 from grpo.sweep.spec.models import STUDY_NAME, SweepSpec
 from grpo.sweep.spec.samplers import make_pruner, make_sampler
 from grpo.sweep.spec.space import SearchSpace, format_params
+from grpo.sweep.spec.start_points import stored_points
 from grpo.sweep.study import lease
 from grpo.sweep.study.retry import counts_toward_budget, fail_and_maybe_retry, is_confirmation
 from grpo.sweep.study.store import StudyStore, open_study
@@ -97,6 +98,10 @@ def run_study(
     study.pruner = make_pruner(spec)
     builder = TrialBuilder(spec, space, backend, checks.base_cfg, (me["host"], me["pid"]), no_plan=no_plan)
     driver = _Driver(spec, space, backend, study, builder, me, Messages(progress, quiet), progress, on_trial_finished)
+    # After the sampler's seed (it counts the stored trials): a seeded new study proposes the same way with them.
+    room = spec.start_points and len(study.get_trials(deepcopy=False)) < spec.trials
+    if room and (added := driver.store.enqueue_start_points(stored_points(spec.start_points, space))):
+        driver.messages.say(f"start points: {added} of {len(spec.start_points)} enqueued, tried first")
     if settings is not None:
         driver.budget.population = population_of(spec, space, backend, settings, no_plan=no_plan)
         driver.asker.schedulable = driver.budget.population.explored_keys

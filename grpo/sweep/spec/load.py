@@ -27,6 +27,7 @@ from grpo.errors import display_path as _display
 from grpo.sweep.spec.models import SearchEntry, SweepSpec
 from grpo.sweep.spec.samplers import check_sampler_and_pruner
 from grpo.sweep.spec.space import GROUP_KEYS, SearchSpace, check_key, distribution_ends, format_value, parse_overrides
+from grpo.sweep.spec.start_points import start_point_problems
 
 
 # -------------------------------------------------------------------------------- error messages
@@ -208,6 +209,12 @@ def load_spec(
             problems.append(problem.replace(f"{source}: base: ", f"{source}: confirm.base: ", 1))
         else:
             spec = spec.model_copy(update={"confirm": spec.confirm.model_copy(update={"base": promoted})})
+    if space is not None and spec.start_points:
+        problems += start_point_problems(spec.start_points, space, source)
+        if spec.scheduler is not None:
+            problems.append(f"{source}: start_points: not with scheduler: pbt (it samples each generation)")
+        elif len(spec.start_points) > spec.trials:
+            problems.append(f"{source}: start_points: {len(spec.start_points)} points but trials: {spec.trials}")
     if problems or base is None or space is None:
         raise UserError(problems[0], problems=problems)
     located = spec.located(spec_path, base, warnings=[])

@@ -346,6 +346,8 @@ class SweepSpec(_Strict):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     mindspeed: MindSpeedSpec = Field(default_factory=MindSpeedSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
+    # Known-good points tried first ({searched key: value}; grpo/sweep/spec/start_points.py), checked at load.
+    start_points: list[dict[str, Any]] = Field(default_factory=list)
     confirm: ConfirmSpec | None = None  # absent: no confirmation stage
     scheduler: SchedulerSpec | None = None  # absent: every trial runs from the start (no branching)
 

@@ -35,7 +35,7 @@ from grpo.errors import UserError, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import parse_expression
 from grpo.sweep.study.environment import collect_environment
-from grpo.trial_attrs import HEARTBEAT, OPTUNA_FAILED_TRIAL, OPTUNA_RETRY_HISTORY, RETRY_OF
+from grpo.trial_attrs import HEARTBEAT, OPTUNA_FAILED_TRIAL, OPTUNA_RETRY_HISTORY, RETRY_OF, START_POINT
 
 # A journal lock held this long without the journal changing belongs to a dead driver (a write holds it
 # for milliseconds): it is released. Optuna's default is 30 s.
@@ -392,6 +392,14 @@ class StudyStore:
     def enqueue_segment(self, params: dict[str, Any] | None, user_attrs: dict[str, Any]) -> None:
         """Enqueue a pbt segment: a branch's parameters (fixed), or none for generation 0 (the sampler's)."""
         self.study.enqueue_trial(dict(params or {}), user_attrs=user_attrs, skip_if_exists=False)
+
+    def enqueue_start_points(self, points: list[dict[str, Any]]) -> int:
+        """Enqueue the spec's start points (tried before any proposal) that no trial has run or waits for:
+        ``skip_if_exists`` compares with every trial's params, so a rerun adds none twice. Returns how many."""
+        before = len(self.study.get_trials(deepcopy=False))
+        for i, point in enumerate(points):
+            self.study.enqueue_trial(dict(point), user_attrs={START_POINT: i}, skip_if_exists=True)
+        return len(self.study.get_trials(deepcopy=False)) - before
 
     def enqueue_confirmation(self, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
         """Enqueue ``params`` as a new trial of the confirmation stage (``user_attrs`` name its source)."""
