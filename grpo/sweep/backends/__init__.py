@@ -23,6 +23,10 @@ def backend_class(name: str, source: str = "sweep spec") -> type[TrialBackend]:
         from grpo.sweep.backends.mindspeed.backend import MindSpeedBackend
 
         return MindSpeedBackend
+    if name == "trl":
+        from grpo.sweep.backends.trl.backend import TrlBackend
+
+        return TrlBackend
     module_name, _, class_name = name.partition(":")
     where = f"{source}: backend: {name}"
     try:

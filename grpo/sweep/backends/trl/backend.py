@@ -1,0 +1,236 @@
+"""The trl backend: each trial is one real TRL ``GRPOTrainer`` run in the trial's Ray worker.
+
+The trial's config is rendered into ``trl.GRPOConfig`` (``render``: keys.py's one-to-one keys plus the batch,
+optimizer and checkpoint keys), the model is the same warm-started Qwen2 the embedded engine starts from (saved
+as a HF folder, ``model.py``), the rewards are the project's verifiers, and ``SweepCallback`` streams each
+iteration's metrics under the project's names, evaluates on the engine's held-out prompts and stops when the
+driver says so.
+
+Batch units: MindSpeed-RL's ``global_batch_size`` and ``mini_batch_size`` count prompts (each sampled
+``n_samples_per_prompt`` times); TRL's ``per_device_train_batch_size`` counts completions. One iteration (one
+generation of ``global_batch_size * n`` completions) is ``global_batch_size / mini_batch_size * epochs``
+optimizer steps, as on MindSpeed-RL: ``steps_per_generation = global_batch_size * n / micro``,
+``gradient_accumulation_steps = mini_batch_size * n / micro``, ``num_iterations = epochs``.
+
+Checkpoints: TRL's ``checkpoint-<optimizer step>`` folders in ``actor_config.save``, with the driver's
+``latest_checkpointed_iteration.txt`` beside them. A retry or a pbt branch (``actor_config.load`` naming such a
+folder, ``finetune`` false) resumes through ``resume_from_checkpoint``; the reference model is always the
+starting weights. What a branch keeps: model, optimizer moments, rng and TRL's step; the learning rate is the
+branch's own (the callback puts it back after TRL restores the parent's scheduler). See ``branch_problems``.
+
+    TrlBackend().run(cfg, Path("studies/s/trials/0/runs/seed0"), report=lambda i, m: False, resume=False)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from grpo._fs import checkpoint_iteration, tail_lines, truncate_jsonl_after
+from grpo.config import GRPOConfig
+from grpo.errors import UserError
+from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
+from grpo.sweep.backends.trl import coverage
+from grpo.sweep.backends.trl.keys import grpo_config_kwargs
+
+LR_SCHEDULES = {"constant": "constant", "linear": "linear", "cosine": "cosine"}
+
+
+def batch_plan(cfg: GRPOConfig) -> dict[str, int]:
+    """TRL's batch settings for MindSpeed-RL's (the module docstring's conversion); UserError if they do not divide."""
+    mt, rl, src = cfg.megatron_training, cfg.rl_config, cfg._source
+    n = int(rl.n_samples_per_prompt)
+    responses, mini = int(mt.global_batch_size) * n, int(rl.mini_batch_size) * n
+    micro = min(int(cfg.actor_config.micro_batch_size), mini)
+    if responses % mini or mini % micro:
+        raise UserError(
+            f"{src}: rl_config.mini_batch_size: backend trl needs global_batch_size * n_samples_per_prompt "
+            f"({responses}) divisible by mini_batch_size * n ({mini}), and that by micro_batch_size ({micro})"
+        )
+    return {
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": mini // micro,
+        "steps_per_generation": responses // micro,
+        "steps_per_iter": responses // mini * int(rl.epochs),
+    }
+
+
+def render(cfg: GRPOConfig, output_dir: Path) -> tuple[dict[str, Any], int]:
+    """(GRPOConfig kwargs, optimizer steps per iteration) for one trial config."""
+    plan = batch_plan(cfg)
+    steps = plan.pop("steps_per_iter")
+    mt, actor = cfg.megatron_training, cfg.actor_config
+    kwargs = grpo_config_kwargs(cfg)
+    if not kwargs["min_p"]:
+        kwargs["min_p"] = None  # TRL: None is off
+    device = cfg.engine.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    kwargs.update(
+        plan,
+        output_dir=str(output_dir),
+        use_cpu=device == "cpu",
+        bf16=False,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=int(mt.seed),
+        data_seed=int(cfg.engine.task_seed),
+        max_steps=steps * int(mt.train_iters),
+        logging_steps=steps,  # one log row per iteration (SweepCallback)
+        save_strategy="steps",
+        save_steps=steps * int(mt.save_interval),
+        save_total_limit=cfg.engine.keep_checkpoints,
+        scale_rewards="group",
+        lr_scheduler_type=LR_SCHEDULES[actor.lr_decay_style],
+        warmup_steps=float(actor.lr_warmup_fraction),  # transformers 5: a float in [0, 1) is a ratio
+        weight_decay=float(actor.weight_decay),
+        adam_beta1=float(actor.adam_beta1),
+        adam_beta2=float(actor.adam_beta2),
+        max_grad_norm=float(actor.clip_grad) if actor.clip_grad > 0 else 1e12,
+        reward_weights=[float(w) for w in cfg.rl_config.verifier_weight],
+    )
+    return kwargs, steps
+
+
+def resume_folder(cfg: GRPOConfig, steps_per_iter: int) -> Path | None:
+    """The ``checkpoint-N`` folder a retry or branch resumes from, or None for a fresh start."""
+    load = cfg.actor_config.load
+    if not load or cfg.actor_config.finetune:
+        return None
+    iteration = checkpoint_iteration(Path(load))
+    if iteration is None:
+        return None
+    folder = Path(load) / f"checkpoint-{iteration * steps_per_iter}"
+    if not folder.is_dir():
+        raise TrialFailed(f"actor_config.load: {load} names iteration {iteration} but has no {folder.name}")
+    return folder
+
+
+class TrlBackend(TrialBackend):
+    """Runs each trial as a TRL GRPOTrainer run in the worker (see the module docstring)."""
+
+    def __init__(self, *, source: str = "spec"):
+        self.source = source
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> TrlBackend:
+        return cls(source=spec.source)
+
+    def resources(self, cfg: GRPOConfig) -> RayOptions:
+        options: RayOptions = {"num_cpus": max(1, int(cfg.engine.num_threads))}
+        if cfg.engine.device == "cuda":
+            options["num_gpus"] = 1
+        return options
+
+    def check(self, cfg: GRPOConfig) -> list[str]:
+        problems = coverage.refusals(cfg, cfg._source)
+        try:
+            grpo_config_kwargs(cfg)
+            batch_plan(cfg)
+        except UserError as err:
+            problems.append(str(err))
+        return problems + self.branch_problems(cfg) * bool(cfg.engine.exit_interval)
+
+    def check_search(self, keys: list[str], source: str) -> list[str]:
+        return coverage.searched_problems(keys, source)
+
+    def branch_problems(self, cfg: GRPOConfig) -> list[str]:
+        """A pbt branch resumes from its parent's checkpoint-N with the parent's scheduler state, so only a
+        constant learning rate without warmup is the branch's own (the callback resets it); schedules cannot
+        change a value mid-run on TRL."""
+        actor, problems = cfg.actor_config, []
+        if actor.lr_decay_style != "constant" or actor.lr_warmup_fraction > 0:
+            problems.append(
+                f"{self.source}: actor_config.lr_decay_style: pbt segments on backend trl resume the parent's "
+                f"scheduler ({actor.lr_decay_style}, warmup {actor.lr_warmup_fraction:g}), which would keep its "
+                f"learning rate; use lr_decay_style: constant with no warmup"
+            )
+        if cfg.schedule:
+            problems.append(f"{self.source}: schedule: backend trl cannot change a value during a run")
+        return problems
+
+    def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
+        try:
+            import trl  # noqa: F401
+        except ImportError as err:
+            raise TrialFailed(
+                f"backend trl: trl is not installed here (pip install 'grpo-sweep[trl]'): {err}"
+            ) from None
+        import torch
+
+        from grpo.engine.metrics import close_logger, run_logger
+        from grpo.engine.rollout import SamplingParams
+
+        run_dir = Path(trial_dir).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log = run_logger(run_dir)
+        previous = torch.get_num_threads()
+        torch.set_num_threads(max(1, int(cfg.engine.num_threads)))
+        try:
+            return self._train(cfg, run_dir, report, log, SamplingParams)
+        except UserError as err:
+            raise TrialFailed(f"bad trial config: {err}", tail_lines(run_dir / "train.log")) from None
+        finally:
+            torch.set_num_threads(previous)
+            close_logger(log)
+
+    def _train(self, cfg: GRPOConfig, run_dir: Path, report: ReportFn, log: logging.Logger, sp: Any) -> dict:
+        import datasets
+        import trl
+
+        from grpo.sweep.backends.trl.callback import SweepCallback
+        from grpo.sweep.backends.trl.model import build_base, load_hf, reward_functions
+
+        save_dir = Path(str(cfg.actor_config.save or run_dir / "ckpt")).expanduser()
+        kwargs, steps = render(cfg, save_dir)
+        start = resume_folder(cfg, steps)
+        start_iteration = checkpoint_iteration(Path(str(cfg.actor_config.load))) if start else 0
+        truncate_jsonl_after(run_dir / "metrics.jsonl", start_iteration or 0)
+        truncate_jsonl_after(run_dir / "samples.jsonl", start_iteration or 0)
+        base = build_base(cfg, run_dir, log)
+        model, fast = load_hf(base)
+        sampling = cfg.generate_config.sampling_config
+        max_prompt = max(len(base.held_out.prompt_ids[e.prompt]) for e in base.train_set)
+        kwargs["max_completion_length"] = min(
+            kwargs["max_completion_length"], cfg.generate_config.max_model_len - max_prompt
+        )
+        dataset = datasets.Dataset.from_list(
+            [{"prompt": base.tokenizer.chat_prompt(e.prompt), "label": e.label} for e in base.train_set]
+        )
+        funcs: list[Any] = list(reward_functions(cfg)[0])  # weights: GRPOConfig's reward_weights (render)
+        args = trl.GRPOConfig(**kwargs)
+        rl = cfg.rl_config
+        callback = SweepCallback(
+            base=base, report=report, steps_per_iter=steps, train_iters=int(cfg.megatron_training.train_iters),
+            eval_every=cfg.engine.eval_every, exit_interval=cfg.engine.exit_interval,
+            sampling=sp(sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p,
+                        kwargs["max_completion_length"]),
+            scoring=([str(v) for v in rl.verifier_function], list(rl.verifier_weight)),
+            beta=float(rl.init_kl_coef), run_dir=run_dir, save_dir=save_dir, model=lambda: trainer.model,
+        )  # fmt: skip
+        trainer = trl.GRPOTrainer(
+            model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=fast,
+            callbacks=[callback],
+        )  # fmt: skip
+        log.info(f"TRL {trl.__version__}: {steps} optimizer steps per iteration; resume from {start or 'nothing'}")
+        trainer.train(resume_from_checkpoint=str(start) if start else None)
+        last = callback.last
+        diverged = [k for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy") if not math.isfinite(last.get(k, 0))]
+        if diverged:
+            raise TrialFailed(
+                f"training diverged: {diverged[0]} is {last[diverged[0]]}", tail_lines(run_dir / "train.log")
+            )
+        return {
+            "run_dir": str(run_dir),
+            "iterations": callback.iteration,
+            "stopped_early": callback.stopped,
+            "exited_at": callback.exited_at,
+            "start_iteration": start_iteration or 0,
+            "checkpoint": str(save_dir),
+            "metrics": last,
+        }

@@ -1,0 +1,201 @@
+"""Every config key, classified for ``backend: trl``: applied (rendered into GRPOConfig or used to build the run),
+refused (TRL's GRPOTrainer has no such thing: a value other than the default is an error naming the key and
+the backend), or no effect (cannot change what a TRL run trains: layout, speed, memory, logging).
+
+The key list is the embedded engine's table (grpo/engine/coverage.py: every MindSpeed-RL manifest key and every
+schema key); this module re-classifies it for TRL, so no key can be missing. ``docs/backend_trl.md`` is written
+by ``key_table()``; tests/test_trl_backend.py fails when the doc is stale. No torch or trl here (the driver imports it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from grpo.config.inert import key_name
+from grpo.engine.coverage import TABLE, KeyClass, Kind, _one_of, _setting, manifest_default
+
+if TYPE_CHECKING:
+    from grpo.config import GRPOConfig
+
+M, RL, S, E = "megatron", "rl_config", "generate_config.sampling_config", "engine"
+
+# key -> how a TRL run applies it (the GRPOConfig field, or what the backend builds from it)
+APPLIED: dict[str, str] = {
+    f"{RL}.init_kl_coef": "beta",
+    f"{RL}.n_samples_per_prompt": "num_generations",
+    f"{RL}.epochs": "num_iterations",
+    f"{RL}.clip_ratio": "epsilon (when clip_higher_enable is false)",
+    f"{RL}.clip_higher_enable": "epsilon / epsilon_high from clip_ratio_low / clip_ratio_high",
+    f"{RL}.clip_ratio_low": "epsilon (clip_higher_enable)",
+    f"{RL}.clip_ratio_high": "epsilon_high (clip_higher_enable)",
+    f"{RL}.token_level_loss": "loss_type dapo (token mean) or grpo (sequence mean)",
+    f"{RL}.mini_batch_size": "gradient_accumulation_steps = mini_batch_size * n_samples / micro_batch_size",
+    f"{RL}.verifier_function": "one TRL reward function per verifier",
+    f"{RL}.verifier_weight": "reward_weights",
+    f"{RL}.rule_reward": "the verifiers are the reward (true is the only value TRL runs)",
+    f"{RL}.max_prompt_length": "longer prompts dropped, as the engine does",
+    f"{RL}.adv_estimator": "group_norm only (GRPO's group-normalised advantage, scale_rewards=group)",
+    f"{RL}.kl_ctrl_type": "fixed only (beta is constant in TRL)",
+    f"{RL}.kl_penalty": "low_var_kl only (TRL's k3 estimator)",
+    f"{S}.temperature": "temperature",
+    f"{S}.top_p": "top_p",
+    f"{S}.top_k": "top_k (-1 -> 0)",
+    f"{S}.min_p": "min_p",
+    f"{S}.max_tokens": "max_completion_length",
+    f"{S}.seed": "seed of the run (TRL samples from torch's generator)",
+    "generate_config.sampling_config": "the section",
+    "generate_config.max_model_len": "caps max_completion_length after the longest prompt",
+    f"{M}.lr": "learning_rate",
+    f"{M}.lr_decay_style": "lr_scheduler_type (constant, linear, cosine)",
+    f"{M}.lr_warmup_fraction": "warmup_steps (a float in [0, 1) is a ratio)",
+    f"{M}.weight_decay": "weight_decay",
+    f"{M}.clip_grad": "max_grad_norm",
+    f"{M}.adam_beta1": "adam_beta1",
+    f"{M}.adam_beta2": "adam_beta2",
+    f"{M}.train_iters": "max_steps = train_iters * optimizer steps per iteration",
+    f"{M}.save_interval": "save_steps (checkpoint-N folders)",
+    f"{M}.seed": "seed",
+    f"{M}.global_batch_size": "prompts per generation: steps_per_generation = global_batch_size * n / micro",
+    f"{M}.micro_batch_size": "per_device_train_batch_size (completions)",
+    f"{M}.save": "output_dir (checkpoint-N folders)",
+    f"{M}.load": "a HF folder to start from, or a TRL save dir to resume from",
+    f"{M}.finetune": "true: start from actor_config.load's weights without resuming",
+    f"{M}.tokenizer_name_or_path": "the tokenizer",
+    f"{M}.data_path": "prompts (engine.task=dataset)",
+    f"{M}.split": "train / held-out split (engine.task=dataset)",
+    f"{M}.init_method_std": "the warm start's init",
+    f"{E}.task": "the prompts",
+    f"{E}.task_size": "the prompts",
+    f"{E}.task_seed": "the prompts and the warm start",
+    f"{E}.warm_start_steps": "the starting weights",
+    f"{E}.eval_every": "held-out evaluation interval",
+    f"{E}.eval_size": "held-out prompts",
+    f"{E}.exit_interval": "a pbt segment's end (checkpoint, then stop)",
+    f"{E}.num_threads": "torch threads of the worker",
+    f"{E}.device": "cpu (use_cpu), cuda, or auto (cuda when there is one)",
+    f"{E}.loss_agg_mode": "loss_type (seq-mean-token-mean grpo, token-mean dapo, seq-mean-token-sum-norm dr_grpo)",
+    f"{E}.policy_loss": "vanilla or gspo (importance_sampling_level)",
+    f"{E}.advantage_estimator": "group_norm only",
+}
+# model architecture keys: the Qwen2 is built from them (grpo.engine.model), saved as a HF folder TRL loads
+ARCH = {f"{M}.{k}" for k in (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
+    "num_query_groups", "padded_vocab_size", "max_position_embeddings", "rotary_base", "norm_epsilon",
+    "add_qkv_bias", "untie_embeddings_and_output_weights", "kv_channels", "position_embedding_type",
+    "normalization", "swiglu", "qk_layernorm", "num_experts", "multi_latent_attention", "disable_bias_linear",
+    "model",
+)}  # fmt: skip
+ARCH_SOURCE = "the Qwen2 is built from it as the embedded engine builds it, then saved as the HF folder TRL loads"
+NO_EFFECT: dict[str, str] = {
+    **{f"{M}.{k}": "TRL's checkpoint-N always holds optimizer, scheduler and rng state; the driver's resumes set "
+       "it false, and a fresh run loads nothing" for k in ("no_load_optim", "no_load_rng", "no_save_optim",
+                                                         "no_save_rng")},
+    f"{RL}.kl_target": "read only by the adaptive KL controller, which backend trl refuses",
+    f"{RL}.kl_horizon": "read only by the adaptive KL controller, which backend trl refuses",
+    f"{RL}.actor_forward_micro_batch_size": "memory and speed only",
+    f"{RL}.ref_forward_micro_batch_size": "memory and speed only",
+}  # fmt: skip
+
+# Applied with only some values (check() refuses the others in one line).
+VALUES: dict[str, tuple[object, ...]] = {
+    f"{RL}.adv_estimator": ("group_norm",),
+    f"{RL}.kl_ctrl_type": ("fixed",),
+    f"{RL}.kl_penalty": ("low_var_kl",),
+    f"{RL}.rule_reward": (True,),
+    f"{E}.advantage_estimator": ("group_norm",),
+    f"{E}.policy_loss": ("vanilla", "gspo"),
+    f"{E}.device": ("auto", "cpu", "cuda"),
+    f"{M}.hidden_dropout": (0.0,),  # refused keys whose default TRL does carry out
+    f"{M}.attention_dropout": (0.0,),
+}
+
+
+def classify(name: str) -> KeyClass:
+    """A table key (grpo/engine/coverage.py's name) as backend trl sees it."""
+    entry = TABLE[name]
+    if name in APPLIED:
+        return KeyClass(name, Kind.APPLIED, APPLIED[name])
+    if name in ARCH:
+        return KeyClass(name, Kind.APPLIED, ARCH_SOURCE)
+    if name in NO_EFFECT:
+        return KeyClass(name, Kind.NO_EFFECT, NO_EFFECT[name])
+    if entry.kind is Kind.NO_EFFECT:
+        return KeyClass(name, Kind.NO_EFFECT, entry.reason)
+    if entry.kind is Kind.APPLIED and name.count(".") == 0:  # a section or top-level choice
+        return KeyClass(name, Kind.APPLIED, "the section")
+    return KeyClass(name, Kind.REFUSED, "TRL's GRPOTrainer has no such setting; backend: embedded applies it"
+                    if entry.kind is Kind.APPLIED else entry.reason)  # fmt: skip
+
+
+def table() -> dict[str, KeyClass]:
+    return {name: classify(name) for name in TABLE}
+
+
+def key_table() -> str:
+    """docs/backend_trl.md: every key and what backend trl does with it."""
+    rows = table().values()
+    lines = [
+        "# Keys under `backend: trl`",
+        "",
+        "Generated by `python -m grpo.sweep.backends.trl.coverage` from grpo/sweep/backends/trl/coverage.py "
+        "(tests/test_trl_backend.py fails when it is stale). Every MindSpeed-RL and schema key (docs/keys.md) is "
+        "applied (rendered into TRL's `GRPOConfig`), refused (a value other than the default is an error naming "
+        "the key and the backend), or has no effect on what a TRL run trains.",
+        "",
+        f"{sum(r.kind is Kind.APPLIED for r in rows)} applied, {sum(r.kind is Kind.REFUSED for r in rows)} refused, "
+        f"{sum(r.kind is Kind.NO_EFFECT for r in rows)} no effect.",
+        "",
+        "| key | kind | how / why |",
+        "|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r.kind.value, r.name)):
+        lines.append(f"| `{r.name}` | {r.kind.value} | {r.reason.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(key_table(), end="")
+
+
+def _value(cfg: GRPOConfig, name: str) -> object:
+    section, _, key = name.rpartition(".")
+    if section == M:  # one Megatron namespace: the actor's value wins, as MindSpeed-RL merges them
+        return getattr(cfg.actor_config, key, getattr(cfg.megatron_training, key, None))
+    node: object = cfg
+    for part in name.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def refusals(cfg: GRPOConfig, source: str) -> list[str]:
+    """One line per key ``cfg`` sets to a value backend trl does not carry out (naming the key and the backend)."""
+    out = []
+    for name, allowed in VALUES.items():
+        value = _value(cfg, name)
+        if value not in allowed:
+            out.append(f"{source}: {name}: {value!r}: backend trl runs only {', '.join(map(repr, allowed))}")
+    for entry in table().values():
+        if entry.kind is not Kind.REFUSED or entry.name in VALUES:
+            continue
+        own = TABLE[entry.name]
+        ok = own.carried_out or _one_of(manifest_default(entry.name))
+        out += [f"{source}: {path}: {value!r}: backend trl refuses it ({entry.reason})"
+                for path, value in _setting(cfg, own) if not ok(value)]  # fmt: skip
+    return out
+
+
+def searched_problems(keys: list[str], source: str) -> list[str]:
+    """One line per searched key backend trl would not vary: refused, or no effect on a TRL run."""
+    out = []
+    for key in keys:
+        entry = TABLE.get(key_name(key))
+        if entry is None:
+            continue
+        mine = classify(entry.name)
+        if mine.kind is Kind.REFUSED:
+            out.append(f"{source}: search.{key}: refused by backend trl ({mine.reason})")
+        elif mine.kind is Kind.NO_EFFECT:
+            out.append(
+                f"{source}: search.{key}: cannot change a TRL run ({mine.reason}); searching it ranks seed noise"
+            )
+    return out
