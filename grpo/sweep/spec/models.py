@@ -23,7 +23,7 @@ MAX_NUM_CPUS = 4096  # more than any node has: a typo, and Ray would plan for it
 MAX_RESOURCE = 1_000_000  # a custom resource (NPUs, ...) per local cluster
 RAY_OWN_RESOURCES = {"CPU": "set CPUs with cluster.num_cpus", "GPU": "GPUs are found by Ray; do not declare them"}
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-BACKEND = re.compile(r"^(embedded|mindspeed|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+BACKEND = re.compile(r"^(embedded|mindspeed|trl|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 STORAGE_SCHEMES = ("journal:", "sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+")
 # The names a spec may use; grpo.sweep.spec.samplers and grpo.sweep.spec.objectives map each to its class
 # (tests/test_spec_load.py checks the two agree).
@@ -368,7 +368,7 @@ class SweepSpec(_Strict):
     @classmethod
     def _backend(cls, value: str) -> str:
         if not BACKEND.fullmatch(value):
-            raise ValueError(f"must be embedded, mindspeed or package.module:ClassName (got {value})")
+            raise ValueError(f"must be embedded, mindspeed, trl or package.module:ClassName (got {value})")
         return value
 
     @field_validator("sampler", "pruner", mode="before")
