@@ -1,18 +1,27 @@
 """Build the tabular GRPO benchmark that benchmarks/search_efficiency.py replays: real engine runs, full curves.
 
 A grid over the knobs of the shipped studies on the default config ``grpo_trainer_tiny_cpu``,
-``actor_config.lr`` x ``rl_config.clip_ratio`` x ``rl_config.init_kl_coef`` (4 x 3 x 2 = 24 configurations),
-each run with seeds 1234 and 1235 (``megatron_training.seed`` = ``generate_config.sampling_config.seed``),
-60 iterations, held-out evaluation every 10 (the base policy is iteration 0). Every run is the real engine
+``actor_config.lr`` x ``rl_config.clip_ratio`` x ``rl_config.init_kl_coef`` (GRID below; ``--lr``, ``--clip``,
+``--kl`` and ``--seeds`` replace an axis, and the header records the grid and seeds actually run), each run
+with its seed as ``megatron_training.seed`` = ``generate_config.sampling_config.seed``, held-out evaluation
+every 10 (the base policy is iteration 0). ``--override`` adds a config override to every run (another
+landscape: another task draw, a weaker base policy); the header records it. Every run is the real engine
 (``grpo.engine.train``); its per-iteration metrics are recorded whole, in the spirit of the tabular
 benchmarks of HPO research (LCBench, YAHPO), so samplers and pruners can be compared at zero cost.
 
 The table is ``benchmarks/data/grpo_table.json.gz``: a header (git commit, config, overrides, grid, date,
 versions) and one record per (configuration, seed) with its curves as columns. Rebuilding is resumable: a
 (configuration, seed) already in the table is skipped, and the table is rewritten atomically after each run.
-Runs go two at a time in fresh subprocesses, one torch thread each, at the lowest CPU priority.
+Runs go two at a time in fresh subprocesses, one torch thread each, at the lowest CPU priority. (The
+processes are spawned: they import this file again, so do not edit it while a build runs.)
 
-    nice -n 19 .venv/bin/python benchmarks/build_grpo_table.py --commit 3898997  # the shipped table (48 runs)
+    # the shipped table (eff1fd8: the tiny config's warm start shipped as package data; 63 runs, ~27 min)
+    nice -n 19 .venv/bin/python benchmarks/build_grpo_table.py --commit eff1fd8 --iters 80 --out NEW.json.gz \
+        --lr 1e-5 2e-5 3e-5 6e-5 1e-4 2e-4 4e-4 --clip 0.1 0.2 0.3 --kl 0.01 --seeds 1234 1235 1236
+    # the second landscape: a weaker base policy (200 warm-start steps instead of 250: base 0.26, not 0.72)
+    nice -n 19 .venv/bin/python benchmarks/build_grpo_table.py --commit eff1fd8 --iters 80 \
+        --out benchmarks/data/grpo_table_warm200.json.gz --override engine.warm_start_steps=200 \
+        --lr 1e-5 3e-5 1e-4 2e-4 4e-4 --clip 0.1 0.3 --kl 0.01 --seeds 1234 1235 1236
     .venv/bin/python benchmarks/build_grpo_table.py --smoke                   # 2 configs x 3 iterations, to /tmp
 """
 
@@ -67,8 +76,12 @@ def run_key(params: Params, seed: int) -> str:
     return json.dumps({**params, "seed": seed}, sort_keys=True)
 
 
-def overrides_for(params: Params, seed: int, iters: int, eval_every: int) -> list[str]:
+EXTRA: list[str] = []  # --override: the landscape's own overrides (another task seed, a bigger model)
+
+
+def overrides_for(params: Params, seed: int, iters: int, eval_every: int, extra: list[str] | None = None) -> list[str]:
     return [
+        *(EXTRA if extra is None else extra),
         f"megatron_training.train_iters={iters}",
         f"engine.eval_every={eval_every}",
         "engine.num_threads=1",
@@ -90,9 +103,10 @@ def export_commit(rev: str = "HEAD") -> Path:
     return folder
 
 
-def one_run(job: tuple[Params, int, int, int, str]) -> dict[str, Any] | str:
+def one_run(job: tuple[Params, int, int, int, str, list[str]]) -> dict[str, Any] | str:
     """One engine run in this (fresh) process: its record, or the error as text. Lowest CPU priority."""
-    params, seed, iters, eval_every, code = job
+    params, seed, iters, eval_every, code, extra = job
+    EXTRA[:] = extra  # a spawned process starts with the module's empty list
     os.nice(19 - os.nice(0))  # already under nice -n 19 when started so; raise it when not
     sys.path.insert(0, code)  # ahead of the editable install's finder, which sits after sys.path's
     try:
@@ -149,7 +163,8 @@ def header(
         "engine_or_config_modified": bool(dirty and dirty != "unknown"),
         "config": CONFIG,
         "overrides": [
-            *overrides_for({}, 0, iters, eval_every)[:3],
+            *EXTRA,
+            *overrides_for({}, 0, iters, eval_every, [])[:3],
             "megatron_training.seed=S",
             "generate_config.sampling_config.seed=S",
         ],
@@ -206,8 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clip", type=float, nargs="*", help="clip ratios to run instead of the grid's")
     ap.add_argument("--kl", type=float, nargs="*", help="KL weights to run instead of the grid's (one value fixes it)")
     ap.add_argument("--seeds", type=int, nargs="*", help="seeds instead of 1234 1235")
+    ap.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="an extra config override for every run, e.g. engine.task_seed=4321 (another landscape; repeatable)",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    EXTRA[:] = args.override
 
     flags = {"actor_config.lr": args.lr, "rl_config.clip_ratio": args.clip, "rl_config.init_kl_coef": args.kl}
     axes = {k: flags[k] or v for k, v in GRID.items()}
@@ -222,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     fresh = {"header": header(args.iters, args.eval_every, args.commit, axes, seeds), "runs": []}
     table = load_table(args.out) or fresh
     old = table["header"]
-    if (old["train_iters"], old["eval_every"], old["config"]) != (args.iters, args.eval_every, CONFIG):
+    settings = (old["train_iters"], old["eval_every"], old["config"], old.get("overrides", []))
+    if settings != (args.iters, args.eval_every, CONFIG, fresh["header"]["overrides"]):
         print(f"error: {args.out} holds runs of other settings; use another --out", file=sys.stderr)
         return 2
     done = {run_key(r["params"], r["seed"]) for r in table["runs"]}
@@ -230,7 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     table["header"].setdefault(
         "code", f"git archive {_git('rev-parse', args.commit)}" if args.code == "head" else "worktree"
     )
-    todo = [(p, s, args.iters, args.eval_every, code) for s in seeds for p in grid if run_key(p, s) not in done]
+    todo = [
+        (p, s, args.iters, args.eval_every, code, args.override)
+        for s in seeds
+        for p in grid
+        if run_key(p, s) not in done
+    ]
     print(f"{len(done)} runs in {args.out}, {len(todo)} to go, {args.jobs} at a time, code from {code}", flush=True)
 
     t0 = time.perf_counter()
