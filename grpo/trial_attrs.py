@@ -21,6 +21,7 @@ RETRY_OF = "retry_of"  # grpo's retry lineage: the trial number this retry rerun
 RESUME_FROM = "resume_from"  # the trial folder whose checkpoints a retry resumes from
 RESUMED_AT_ITERATION = "resumed_at_iteration"  # seed -> checkpoint iteration
 START_POINT = "start_point"  # the index in the spec's start_points of the point this trial was enqueued as
+TRANSFERRED_FROM = "transferred_from"  # "<study>#<trial number>": the source study's configuration it reruns
 CONFIRMATION_OF = "confirmation_of"  # the search trial a confirmation trial reruns on fresh seeds
 REPEAT_OF = "repeat_of"  # a proposal equal to that trial's parameters, told its result, never run
 

@@ -434,6 +434,10 @@ def validate_spec(args: argparse.Namespace) -> int:
             console.print(f"  [yellow]infeasible[/yellow] {params}: {problems[0]}", markup=True, highlight=False)
     if searches_layout:
         console.print(layout_table(spec, backend))
+    if spec.transfer is not None:
+        console.print(f"transfer: study {spec.transfer.study}'s best {len(checks.transfer)}, tried first:")
+        for point in checks.transfer:
+            console.print(f"  trial {point.source_trial} ({point.source_value:.4g}): {point.params}", highlight=False)
     base = checks.base_cfg
     d = derive(base)
     iters = base.megatron_training.train_iters

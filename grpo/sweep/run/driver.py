@@ -102,6 +102,13 @@ def run_study(
     room = spec.start_points and len(study.get_trials(deepcopy=False)) < spec.trials
     if room and (added := driver.store.enqueue_start_points(stored_points(spec.start_points, space))):
         driver.messages.say(f"start points: {added} of {len(spec.start_points)} enqueued, tried first")
+    if checks.transfer and spec.transfer is not None and len(study.get_trials(deepcopy=False)) < spec.trials:
+        sources = [f"{spec.transfer.study}#{p.source_trial}" for p in checks.transfer]
+        if added := driver.store.enqueue_transferred([p.params for p in checks.transfer], sources):
+            driver.messages.say(
+                f"transfer: {added} of study {spec.transfer.study}'s best {len(checks.transfer)} configurations "
+                "enqueued, tried first"
+            )
     if settings is not None:
         driver.budget.population = population_of(spec, space, backend, settings, no_plan=no_plan)
         driver.asker.schedulable = driver.budget.population.explored_keys

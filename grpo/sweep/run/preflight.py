@@ -21,6 +21,7 @@ from grpo.sweep.run.pbt import explored_keys
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import SearchSpace
 from grpo.sweep.study.store import check_storage
+from grpo.sweep.study.transfer import TransferPoint, transfer_points
 
 MAX_POINTS_CHECKED = 64
 
@@ -82,6 +83,8 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
     # Searched keys their own configs keep from changing training (grpo.config.inert), also in ``warnings``.
     inert: list[str] = field(default_factory=list)
+    # The source study's best configurations that ``transfer`` enqueues (read from it, read-only).
+    transfer: list[TransferPoint] = field(default_factory=list)
 
 
 def preflight(
@@ -128,8 +131,10 @@ def preflight(
             [f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked)", *first[:10]],
         )
     check_storage(spec)  # what opening the study would find (a folder in its place, no driver, no answer)
+    transferred = transfer_points(spec, space)  # a missing or unusable source study is one line
     warnings += branching.warnings
-    return Preflight(base_cfg, checked, warnings + [f"{spec.source}: {line}" for line in inert], inert)
+    lines = warnings + [f"{spec.source}: {line}" for line in inert]
+    return Preflight(base_cfg, checked, lines, inert, transferred)
 
 
 @dataclass

@@ -215,6 +215,8 @@ def load_spec(
             problems.append(f"{source}: start_points: not with scheduler: pbt (it samples each generation)")
         elif len(spec.start_points) > spec.trials:
             problems.append(f"{source}: start_points: {len(spec.start_points)} points but trials: {spec.trials}")
+    if spec.transfer is not None:
+        problems += _transfer_problems(spec, source)
     if problems or base is None or space is None:
         raise UserError(problems[0], problems=problems)
     located = spec.located(spec_path, base, warnings=[])
@@ -407,3 +409,21 @@ def _check_overrides(overrides: list[Any], search: dict[str, Any], source: str) 
         if key in search:
             problems.append(f"{source}: search.{key}: also fixed by overrides[{i}]; a key is either fixed or searched")
     return problems
+
+
+def _transfer_problems(spec: SweepSpec, source: str) -> list[str]:
+    """What keeps ``transfer`` from working, found without opening the source study (preflight opens it)."""
+    assert spec.transfer is not None
+    if spec.scheduler is not None:
+        return [f"{source}: transfer: not with scheduler: pbt (it samples each generation)"]
+    if spec.transfer.study == spec.study and spec.transfer.storage in (None, spec.storage):
+        return [f"{source}: transfer.study: {spec.study} is this study; name another study to transfer from"]
+    if spec.multi_objective:
+        return [f"{source}: transfer: a multi-objective study cannot rank the transferred configurations"]
+    tried_first = len(spec.start_points) + spec.transfer.top_k
+    if tried_first > spec.trials:
+        return [
+            f"{source}: transfer.top_k: {len(spec.start_points)} start points + top_k {spec.transfer.top_k} "
+            f"is more than trials: {spec.trials}"
+        ]
+    return []

@@ -315,6 +315,15 @@ class ConfirmSpec(_Strict):
         return value
 
 
+class TransferSpec(_Strict):
+    """Another study whose best configurations this one tries first (grpo/sweep/study/transfer.py): the
+    same search on a smaller proxy model, or an earlier study. Its ranking transfers, not its values."""
+
+    study: str = Field(min_length=1)
+    storage: str | None = Field(None, min_length=1)  # absent: that study's default journal
+    top_k: int = Field(3, ge=1)
+
+
 class SweepSpec(_Strict):
     """A validated sweep spec. ``grpo.sweep.spec.load.load_spec`` builds it from a file (``base`` then names the
     resolved config, and ``path``/``warnings`` are set); ``model_validate`` alone skips the file checks."""
@@ -348,6 +357,7 @@ class SweepSpec(_Strict):
     plan: PlanSpec = Field(default_factory=PlanSpec)
     # Known-good points tried first ({searched key: value}; grpo/sweep/spec/start_points.py), checked at load.
     start_points: list[dict[str, Any]] = Field(default_factory=list)
+    transfer: TransferSpec | None = None  # absent: nothing is transferred from another study
     confirm: ConfirmSpec | None = None  # absent: no confirmation stage
     scheduler: SchedulerSpec | None = None  # absent: every trial runs from the start (no branching)
 

@@ -35,7 +35,14 @@ from grpo.errors import UserError, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import parse_expression
 from grpo.sweep.study.environment import collect_environment
-from grpo.trial_attrs import HEARTBEAT, OPTUNA_FAILED_TRIAL, OPTUNA_RETRY_HISTORY, RETRY_OF, START_POINT
+from grpo.trial_attrs import (
+    HEARTBEAT,
+    OPTUNA_FAILED_TRIAL,
+    OPTUNA_RETRY_HISTORY,
+    RETRY_OF,
+    START_POINT,
+    TRANSFERRED_FROM,
+)
 
 # A journal lock held this long without the journal changing belongs to a dead driver (a write holds it
 # for milliseconds): it is released. Optuna's default is 30 s.
@@ -399,6 +406,14 @@ class StudyStore:
         before = len(self.study.get_trials(deepcopy=False))
         for i, point in enumerate(points):
             self.study.enqueue_trial(dict(point), user_attrs={START_POINT: i}, skip_if_exists=True)
+        return len(self.study.get_trials(deepcopy=False)) - before
+
+    def enqueue_transferred(self, points: list[dict[str, Any]], sources: list[str]) -> int:
+        """Enqueue another study's best configurations (``transfer``) that no trial has run or waits for, each
+        with ``transferred_from: "<study>#<trial>"``; ``skip_if_exists``: a rerun adds none twice."""
+        before = len(self.study.get_trials(deepcopy=False))
+        for point, source in zip(points, sources, strict=True):
+            self.study.enqueue_trial(dict(point), user_attrs={TRANSFERRED_FROM: source}, skip_if_exists=True)
         return len(self.study.get_trials(deepcopy=False)) - before
 
     def enqueue_confirmation(self, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
