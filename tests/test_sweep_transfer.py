@@ -13,6 +13,7 @@ from optuna.trial import TrialState, create_trial
 from sweep_helpers import load, module_ray, run_cli, states, write_spec
 
 from grpo.errors import UserError
+from grpo.report.html import write_report
 from grpo.sweep.run.driver import run_study
 from grpo.sweep.spec.load import load_spec
 from grpo.sweep.spec.space import SearchSpace
@@ -104,6 +105,8 @@ def test_transferred_configurations_run_first_and_a_rerun_enqueues_none_twice(tm
     assert first.user_attrs[TRANSFERRED_FROM] == "proxy#3"
     assert second.user_attrs[TRANSFERRED_FROM] == "proxy#7"
     assert TRANSFERRED_FROM not in third.user_attrs  # the sampler's own proposal
+    page = write_report(study, tmp_path / "report").read_text()  # each trial's facts say where it came from
+    assert "<dt>transferred from</dt><dd>proxy#3</dd>" in page
     run_study(_spec(tmp_path, monkeypatch, trials=4, concurrency=1, transfer={"study": "proxy", "top_k": 2}))
     again = load(tmp_path)
     assert states(again) == {"COMPLETE": 4}

@@ -57,6 +57,8 @@ from grpo.trial_attrs import (
     RESUME_FROM,
     RETRY_OF,
     SEEDS,
+    START_POINT,
+    TRANSFERRED_FROM,
     TRIAL_DIR,
     VALUE_INTERVAL,
     VALUE_SPREAD,
@@ -67,7 +69,20 @@ from grpo.trial_attrs import (
 METRIC_COLUMNS = ["trial", "seed", "iteration", "metric", "value"]
 
 # The trial attrs copied into the trials frame as they are (strings or numbers).
-_PLAIN_ATTRS = (WALL_S, CPU_S, NPU_S, FAILURE_REASON, PRUNED_REASON, NODE, ATTEMPT, RETRY_OF, CONFIRMATION_OF)
+# START_POINT and TRANSFERRED_FROM: where a trial tried first came from (the spec's start_points, another study).
+_PLAIN_ATTRS = (
+    WALL_S,
+    CPU_S,
+    NPU_S,
+    FAILURE_REASON,
+    PRUNED_REASON,
+    NODE,
+    ATTEMPT,
+    RETRY_OF,
+    CONFIRMATION_OF,
+    START_POINT,
+    TRANSFERRED_FROM,
+)
 # The throughput metric the backends report (MindSpeed-RL: tokens per second per NPU).
 THROUGHPUT = "e2e_tps"
 
@@ -311,7 +326,8 @@ def trials_frame(
     ``seed_spread`` (std over seeds, one column per objective), ``duration_s`` (a running trial: so far),
     ``wall_s``, ``cpu_s``, ``npu_s``, ``compute_s`` (NPU-seconds where the trial held NPUs, else
     CPU-seconds, else wall seconds), ``last_iteration``, ``failure_reason``, ``pruned_reason``,
-    ``node``, ``devices``, ``attempt``, ``retry_of``, ``overrides`` (space-separated),
+    ``node``, ``devices``, ``attempt``, ``retry_of``, ``start_point`` (the index in the spec's start_points),
+    ``transferred_from`` (``"<study>#<trial>"``: the source study's configuration), ``overrides`` (space-separated),
     ``trial_dir`` and ``flags`` (comma-separated diagnostics); the retry chain (``grpo.report.chains``):
     ``logical_trial`` (the chain's first attempt; the trial itself outside a chain), ``superseded_by``
     (the retry that continued a failed attempt), ``resumed_from`` and ``resumed_at_iteration`` (the
@@ -400,6 +416,8 @@ _EXTRA_COLUMNS = [
     "devices",
     "attempt",
     "retry_of",
+    "start_point",
+    "transferred_from",
     "overrides",
     "trial_dir",
     "flags",
@@ -438,6 +456,8 @@ def _extras(trial: FrozenTrial, study: StudySnapshot, now: dt.datetime, last_ite
         **{k: plain[k] for k in ("wall_s", "cpu_s", "npu_s")},
         "attempt": _int_or_none(plain["attempt"]),
         "retry_of": _int_or_none(plain["retry_of"]),
+        "start_point": _int_or_none(plain["start_point"]),
+        "transferred_from": None if plain["transferred_from"] is None else str(plain["transferred_from"]),
     }
     return [row[c] for c in _EXTRA_COLUMNS] + spreads
 

@@ -344,6 +344,8 @@ def details(
             ("attempt", "attempt"),
             ("retry of", "retry_of"),
             ("confirms trial", "confirmation_of"),
+            ("start point", "start_point"),
+            ("transferred from", "transferred_from"),
             ("tokens/s", "throughput"),
             ("trial dir", "trial_dir"),
             ("pruned", "pruned_reason"),
