@@ -111,3 +111,16 @@ def test_a_pruned_run_stops_at_once(tmp_path):
     summary = TrlBackend().run(cfg, tmp_path, lambda i, m: i >= 1, False)  # the driver says stop after iteration 1
     assert summary["stopped_early"] and summary["iterations"] == 1
     assert [r["iteration"] for r in rows(tmp_path)] == [1]
+
+
+def test_a_schedule_may_change_a_value_only_where_a_pbt_segment_starts():
+    backend = backend_class("trl")()
+    cfg = cfg_of("actor_config.lr_warmup_fraction=0", "engine.exit_interval=2")
+    cfg.schedule = {"actor_config.lr": {0: 1e-5, 2: 3e-5}}  # a segment's lineage: changed at a segment start
+    assert backend.check(cfg) == []
+    cfg.schedule = {"actor_config.lr": {0: 1e-5, 3: 3e-5}}  # inside the segment [2, 4)
+    (problem,) = backend.check(cfg)
+    assert "schedule.actor_config.lr: backend trl cannot change a value during a run (iteration 3)" in problem
+    plain = cfg_of()
+    plain.schedule = {"actor_config.lr": {0: 1e-5, 2: 3e-5}}  # no segments: one run would need the change
+    assert len(backend.check(plain)) == 1

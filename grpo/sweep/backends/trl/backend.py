@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo._fs import checkpoint_iteration, tail_lines, truncate_jsonl_after
-from grpo.config import GRPOConfig
+from grpo.config import GRPOConfig, schedule
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.trl import coverage
@@ -134,15 +134,14 @@ class TrlBackend(TrialBackend):
             batch_plan(cfg)
         except UserError as err:
             problems.append(str(err))
-        return problems + self.branch_problems(cfg) * bool(cfg.engine.exit_interval)
+        return problems + self.schedule_problems(cfg) + self.branch_problems(cfg) * bool(cfg.engine.exit_interval)
 
     def check_search(self, keys: list[str], source: str) -> list[str]:
         return coverage.searched_problems(keys, source)
 
     def branch_problems(self, cfg: GRPOConfig) -> list[str]:
         """A pbt branch resumes from its parent's checkpoint-N with the parent's scheduler state, so only a
-        constant learning rate without warmup is the branch's own (the callback resets it); schedules cannot
-        change a value mid-run on TRL."""
+        constant learning rate without warmup is the branch's own (the callback resets it)."""
         actor, problems = cfg.actor_config, []
         if actor.lr_decay_style != "constant" or actor.lr_warmup_fraction > 0:
             problems.append(
@@ -150,8 +149,19 @@ class TrlBackend(TrialBackend):
                 f"scheduler ({actor.lr_decay_style}, warmup {actor.lr_warmup_fraction:g}), which would keep its "
                 f"learning rate; use lr_decay_style: constant with no warmup"
             )
-        if cfg.schedule:
-            problems.append(f"{self.source}: schedule: backend trl cannot change a value during a run")
+        return problems
+
+    def schedule_problems(self, cfg: GRPOConfig) -> list[str]:
+        """A TRL run trains with one value of each key (its config at the iteration it starts from); a schedule
+        may change a value only where a run starts: at a pbt segment's start (a multiple of exit_interval)."""
+        interval, problems = cfg.engine.exit_interval, []
+        for key, points in sorted((cfg.schedule or {}).items()):
+            inside = sorted(int(at) for at in points if int(at) > 0 and (not interval or int(at) % interval))
+            if inside:
+                problems.append(
+                    f"{self.source}: schedule.{key}: backend trl cannot change a value during a run (iteration "
+                    f"{inside[0]}); a schedule runs there only as pbt segments that start where it changes"
+                )
         return problems
 
     def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
@@ -190,6 +200,9 @@ class TrlBackend(TrialBackend):
         kwargs, steps = render(cfg, save_dir)
         start = resume_folder(cfg, steps)
         start_iteration = checkpoint_iteration(Path(str(cfg.actor_config.load))) if start else 0
+        if cfg.schedule:  # a pbt segment: its lineage's values; this run trains with those at its start
+            cfg = schedule.apply(cfg, start_iteration or 0)
+            kwargs, steps = render(cfg, save_dir)
         truncate_jsonl_after(run_dir / "metrics.jsonl", start_iteration or 0)
         truncate_jsonl_after(run_dir / "samples.jsonl", start_iteration or 0)
         base = build_base(cfg, run_dir, log)
