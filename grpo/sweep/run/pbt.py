@@ -15,7 +15,8 @@ The ranking and the quantiles are Ray Tune's ``PopulationBasedTraining._quantile
 members, at most half of them); explore is its ``_explore``: a searched key that can change during a run
 (``grpo.config.schedule.SCHEDULABLE``) is resampled from its search space with ``resample_probability``, else
 multiplied by one of ``perturb`` (a choice moves to a neighbouring value), clamped to its bounds; any other
-searched key (a layout, a batch size) is inherited, never explored. Unlike Ray Tune, generations are
+searched key (a layout, a batch size) is inherited, never explored; ``explore.method: pb2`` picks the float and
+int values by a GP-UCB instead (grpo/sweep/run/pb2.py, Ray Tune's ``PB2``). Unlike Ray Tune, generations are
 synchronous (a member waits for the generation to end), which is what makes every decision reproducible:
 everything is derived from the study's trials and a seed, so a driver killed at any moment and rerun enqueues
 exactly the segments that are missing, with the same decisions, and never one twice.
@@ -37,6 +38,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.config.schedule import SCHEDULABLE
+from grpo.sweep.run import pb2
 from grpo.sweep.spec.models import SchedulerSpec
 from grpo.sweep.spec.space import SearchSpace
 from grpo.trial_attrs import (
@@ -68,6 +70,7 @@ class Settings:
     resample_probability: float
     perturb: tuple[float, ...]
     train_iters: int
+    method: str = "perturb"  # explore.method: perturb (PBT's) or pb2 (grpo/sweep/run/pb2.py)
 
     @classmethod
     def of(cls, scheduler: SchedulerSpec, train_iters: int) -> Settings:
@@ -79,6 +82,7 @@ class Settings:
             explore.resample_probability,
             tuple(explore.perturb),
             train_iters,
+            explore.method,
         )
 
     @property
@@ -91,7 +95,9 @@ class Settings:
         return self.population * self.generations
 
     def as_attr(self) -> dict[str, Any]:
+        method = {} if self.method == "perturb" else {"explore_method": self.method}  # older studies' attr as it was
         return {
+            **method,
             "kind": "pbt",
             "population": self.population,
             "interval": self.interval,
@@ -272,6 +278,7 @@ class Population:
         # (parent, values) already in the next generation: a branch equal to one of them would train the very
         # same run (same checkpoint, same RNG state), so its explore step draws again.
         taken = {(own.number, _key(own.params)) for own in ranked if own.number not in bottom}
+        bandit = self._bandit(outcomes, generation) if self.settings.method == "pb2" else None
         for m in range(self.settings.population):
             own = outcomes.get((generation, m))
             if own is not None and own.state == TrialState.COMPLETE and own.number not in bottom:
@@ -281,13 +288,49 @@ class Population:
                 continue
             rng = random.Random(f"{self.seed}:pbt:{generation + 1}:{m}")
             parent = rng.choice(top)
-            params = self.explore(dict(parent.params), rng, taken={k for p, k in taken if p == parent.number})
+            mine = {k for p, k in taken if p == parent.number}
+            if bandit is not None and bandit.usable:
+                params = self.explore_pb2(bandit, dict(parent.params), rng, mine)
+            else:  # PBT's explore (also PB2's before it has two observations to model)
+                params = self.explore(dict(parent.params), rng, taken=mine)
             taken.add((parent.number, _key(params)))
             schedule = extended(parent.user_attrs.get(SCHEDULE) or {}, params, at, self.explored_keys)
             segments.append(Segment(m, generation + 1, params, parent, exploited=True, schedule=schedule))
         return segments
 
     # -- explore ----------------------------------------------------------------------------------------
+    def _bandit(self, outcomes: Mapping[tuple[int, int], FrozenTrial], generation: int) -> pb2.Bandit:
+        """PB2's GP data: every completed segment up to ``generation``, with its improvement over the segment
+        it continued from (generation 0: over the worst of generation 0), higher is better."""
+        sign = 1.0 if self.direction == "maximize" else -1.0
+        by_number = {t.number: t for t in outcomes.values()}
+        first = [t for (g, _), t in outcomes.items() if g == 0 and t.state == TrialState.COMPLETE]
+        floor = min((sign * float(t.values[0]) for t in first), default=0.0)
+        observations = []
+        for (g, _), t in sorted(outcomes.items()):
+            if g > generation or t.state != TrialState.COMPLETE:
+                continue
+            parent = by_number.get(t.user_attrs.get(BRANCH_OF, -1))
+            if g > 0 and (parent is None or parent.state != TrialState.COMPLETE):
+                continue
+            before = floor if g == 0 or parent is None else sign * float(parent.values[0])
+            observations.append(pb2.Observation(t.params, g, sign * float(t.values[0]) - before))
+        return pb2.Bandit(observations, self.explored_keys, self.space.distributions(), generation + 1)
+
+    def explore_pb2(
+        self, bandit: pb2.Bandit, params: dict[str, Any], rng: random.Random, taken: set[tuple[Any, ...]]
+    ) -> dict[str, Any]:
+        """PB2's explore: the UCB's choice for the modelled keys, PBT's step for a categorical explored key;
+        a choice that breaks a config rule falls back to PBT's explore."""
+        out = bandit.choose(params, rng, taken)
+        distributions = self.space.distributions()
+        for key in self.explored_keys:
+            if key in out and not pb2.modelled(distributions[key]):
+                out[key] = explore_value(out[key], distributions[key], rng, self.settings)
+        if _key(out) in taken or (self.feasible is not None and not self.feasible(out)):
+            return self.explore(params, rng, taken=taken)
+        return out
+
     def explore(
         self, params: dict[str, Any], rng: random.Random, taken: set[tuple[Any, ...]] | None = None
     ) -> dict[str, Any]:

@@ -280,6 +280,9 @@ class ExploreSpec(_Strict):
 
     resample_probability: float = Field(0.25, ge=0, le=1)
     perturb: list[Annotated[float, Field(gt=0)]] = Field(default_factory=lambda: [0.8, 1.2], min_length=1)
+    # perturb: the above (PBT). pb2: a time-varying GP-UCB picks a branch's float and int values from the
+    # population's improvements so far (Population Based Bandits; grpo/sweep/run/pb2.py); choices are perturbed.
+    method: Literal["perturb", "pb2"] = "perturb"
 
 
 class SchedulerSpec(_Strict):
