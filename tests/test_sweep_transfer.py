@@ -12,6 +12,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 from sweep_helpers import load, module_ray, run_cli, states, write_spec
 
+from grpo.cli import sweep_main
 from grpo.errors import UserError
 from grpo.report.html import write_report
 from grpo.sweep.run.driver import run_study
@@ -129,17 +130,18 @@ def test_transferred_configurations_run_first_and_a_rerun_enqueues_none_twice(tm
         ({"transfer": {"study": "proxy", "topk": 2}}, None, "transfer.topk"),
     ],
 )
-def test_an_unusable_transfer_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatch, fields, source, said):
+def test_an_unusable_transfer_is_one_line_naming_it_and_writes_nothing(
+    tmp_path, monkeypatch, capsys, fields, source, said
+):
     if source is not None:
         _source(tmp_path, source)
     spec_path = write_spec(tmp_path, search=SEARCH, **fields)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     monkeypatch.chdir(tmp_path)
-    run = run_cli(["validate", str(spec_path)], tmp_path)
-    assert run.returncode == 2, run.stderr
-    line = run.stderr.strip().splitlines()[0]
-    assert line.startswith(f"error: {spec_path}") and said in line, run.stderr
-    assert "Traceback" not in run.stderr
+    code = sweep_main(["validate", str(spec_path)])  # the console script's own function, in this process
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    assert stderr.startswith(f"error: {spec_path}") and said in stderr.splitlines()[0], stderr
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # validate writes nothing
 
 
