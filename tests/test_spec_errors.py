@@ -208,7 +208,7 @@ def test_spec_path_is_a_folder(tmp_path):
         ("seeds: 0", "seeds: must be >= 1 (got 0)"),
         ("retries: -1", "retries: must be >= 0 (got -1)"),
         ("timeout_per_trial: 0", "timeout_per_trial: must be > 0 (got 0)"),
-        ("backend: npu", "backend: must be embedded, mindspeed, trl or package.module:ClassName (got npu)"),
+        ("backend: npu", "backend: must be embedded, mindspeed, trl, verl or package.module:ClassName (got npu)"),
         ("cluster: {address: 'http://x'}", "cluster.address: must be local, auto, host:port (what `ray start --head` prints) or ray://host:port (got 'http://x')"),
         ("storage: 'studies/x.db'", "storage: must be an Optuna storage URL"),
         ("tracking: {wandb: yes}", "tracking.wandb: must be one of off, offline, online (got True)"),

@@ -1,5 +1,5 @@
-"""Trial backends: how one trial's GRPO run is executed (``embedded`` engine, ``mindspeed`` subprocess, or a
-user's own ``package.module:ClassName`` subclass of ``TrialBackend``).
+"""Trial backends: how one trial's GRPO run is executed (``embedded`` engine, ``mindspeed`` subprocess, ``trl``,
+``verl`` Ray job, or a user's own ``package.module:ClassName`` subclass of ``TrialBackend``).
 
     backend = load_backend(spec)     # built once per study, from the spec; shipped inside each trial's job
 """
@@ -27,6 +27,10 @@ def backend_class(name: str, source: str = "sweep spec") -> type[TrialBackend]:
         from grpo.sweep.backends.trl.backend import TrlBackend
 
         return TrlBackend
+    if name == "verl":
+        from grpo.sweep.backends.verl.backend import VerlBackend
+
+        return VerlBackend
     module_name, _, class_name = name.partition(":")
     where = f"{source}: backend: {name}"
     try:

@@ -23,7 +23,7 @@ MAX_NUM_CPUS = 4096  # more than any node has: a typo, and Ray would plan for it
 MAX_RESOURCE = 1_000_000  # a custom resource (NPUs, ...) per local cluster
 RAY_OWN_RESOURCES = {"CPU": "set CPUs with cluster.num_cpus", "GPU": "GPUs are found by Ray; do not declare them"}
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-BACKEND = re.compile(r"^(embedded|mindspeed|trl|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+BACKEND = re.compile(r"^(embedded|mindspeed|trl|verl|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 STORAGE_SCHEMES = ("journal:", "sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+")
 # The names a spec may use; grpo.sweep.spec.samplers and grpo.sweep.spec.objectives map each to its class
 # (tests/test_spec_load.py checks the two agree).
@@ -348,7 +348,7 @@ class SweepSpec(_Strict):
     # Checkpoints kept once a trial has ended (grpo.sweep.run.retention): the best trial's (a multi-objective
     # study: its Pareto front's), every trial's, or none; what a retry resumes from stays until it has run.
     keep_final_checkpoints: KeepRule = "best"
-    # embedded | mindspeed | "package.module:ClassName" (a user's own TrialBackend subclass)
+    # embedded | mindspeed | trl | verl | "package.module:ClassName" (a user's own TrialBackend subclass)
     backend: str = "embedded"
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     storage: str | None = None
@@ -381,7 +381,7 @@ class SweepSpec(_Strict):
     @classmethod
     def _backend(cls, value: str) -> str:
         if not BACKEND.fullmatch(value):
-            raise ValueError(f"must be embedded, mindspeed, trl or package.module:ClassName (got {value})")
+            raise ValueError(f"must be embedded, mindspeed, trl, verl or package.module:ClassName (got {value})")
         return value
 
     @field_validator("sampler", "pruner", mode="before")

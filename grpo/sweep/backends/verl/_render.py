@@ -8,6 +8,11 @@ Key names follow verl-0.9.1:verl/trainer/config/ppo_trainer.yaml and its actor/r
   are always written: without clip-higher each is ``clip_ratio``;
 - KL goes into the loss (``actor.use_kl_loss``) unless the trial puts it in the reward
   (``algorithm.use_kl_in_reward`` with ``algorithm.kl_ctrl``), never both.
+
+``launch_settings`` adds what verl leaves unset or mandatory (``rollout.name``, the micro batch sizes that
+default to None, the GPU count) and the run's length, checkpoints, evaluation and optimizer, so a trial never
+runs on a verl default the MindSpeed-RL config says otherwise about (``rollout.tensor_model_parallel_size``
+defaults to 2, ``trainer.n_gpus_per_node`` to 8, ``optim.weight_decay`` to 0.01).
 """
 
 from __future__ import annotations
@@ -18,9 +23,14 @@ from grpo.config import GRPOConfig
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
+REF = "actor_rollout_ref.ref"
+ROLLOUT_ENGINE = "vllm"  # MindSpeed-RL generates with vLLM; verl's rollout.name is mandatory (???)
+GPUS_PER_NODE = 8
+# MindSpeed-RL's lr_decay_style -> verl's FSDP optim.lr_scheduler_type (FSDPOptimizerConfig: constant or cosine;
+# any other value is left for verl's own validation to refuse, naming actor_config.lr_decay_style).
 # MindSpeed-RL's kl_penalty names -> verl's kl_loss_type / kl_penalty names (verl: core_algos.kl_penalty).
 KL_TYPES = {"kl": "kl", "abs": "abs", "mse": "mse", "low_var_kl": "low_var_kl"}
-ADV = {"group_norm": "grpo", "gae": "gae"}
+ADV = {"group_norm": "grpo"}  # GRPO only (coverage.VALUES refuses the rest before this runs)
 
 
 def _loss_agg_mode(cfg: GRPOConfig) -> str:
@@ -64,6 +74,9 @@ def verl_settings(cfg: GRPOConfig) -> dict[str, Any]:
         f"{ACTOR}.kl_loss_coef": rl.init_kl_coef,
         f"{ACTOR}.kl_loss_type": kl_type,
         "algorithm.use_kl_in_reward": in_reward,
+        "algorithm.norm_adv_by_std_in_grpo": cfg.engine.advantage_estimator != "group_norm_no_std",
+        f"{ACTOR}.policy_loss.loss_mode": str(cfg.engine.policy_loss),
+        f"{ACTOR}.shuffle": bool(rl.shuffle_mini_batch),
         f"{ROLLOUT}.n": rl.n_samples_per_prompt,
         f"{ROLLOUT}.temperature": sc.temperature,
         f"{ROLLOUT}.top_p": sc.top_p,
@@ -80,12 +93,61 @@ def verl_settings(cfg: GRPOConfig) -> dict[str, Any]:
     return out
 
 
+def nodes(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:
+    """(trainer.nnodes, trainer.n_gpus_per_node) for the trial's ``rl_config.actor_resource.num_npus`` GPUs."""
+    gpus = int(cfg.rl_config.actor_resource.num_npus)
+    if gpus <= per_node:
+        return 1, gpus
+    return -(-gpus // per_node), per_node
+
+
+def launch_settings(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> dict[str, Any]:
+    """The rest of a trial's verl config: what verl leaves unset, the run's length, saving, evaluation, optimizer."""
+    actor, rl, mt = cfg.actor_config, cfg.rl_config, cfg.megatron_training
+    nnodes, per = nodes(cfg, per_node)
+    lr = float(actor.lr)
+    out: dict[str, Any] = {
+        f"{ROLLOUT}.name": ROLLOUT_ENGINE,
+        f"{ACTOR}.ppo_micro_batch_size_per_gpu": int(actor.micro_batch_size),
+        # MindSpeed-RL's forward micro batches (unset: the update's micro batch), responses per GPU in both
+        f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": int(
+            rl.actor_forward_micro_batch_size or actor.micro_batch_size
+        ),
+        f"{REF}.log_prob_micro_batch_size_per_gpu": int(rl.ref_forward_micro_batch_size or actor.micro_batch_size),
+        "trainer.nnodes": nnodes,
+        "trainer.n_gpus_per_node": per,
+        "trainer.total_training_steps": int(mt.train_iters),
+        "trainer.save_freq": int(mt.save_interval) if mt.save_interval else -1,
+        "trainer.test_freq": int(cfg.engine.eval_every) if cfg.engine.eval_every else -1,
+        "trainer.val_before_train": False,  # it would log step 0 (or the resumed step) with eval metrics only
+        f"{ACTOR}.data_loader_seed": int(mt.seed),
+        f"{ROLLOUT}.seed": int(cfg.generate_config.sampling_config.seed or mt.seed),
+        f"{ACTOR}.optim.weight_decay": float(actor.weight_decay),
+        f"{ACTOR}.optim.betas": f"[{float(actor.adam_beta1)},{float(actor.adam_beta2)}]",
+        f"{ACTOR}.optim.clip_grad": float(actor.clip_grad),
+        f"{ACTOR}.optim.lr_warmup_steps_ratio": float(actor.lr_warmup_fraction),
+        f"{ACTOR}.optim.lr_scheduler_type": str(actor.lr_decay_style),
+        f"{ACTOR}.optim.min_lr_ratio": float(actor.min_lr) / lr if lr > 0 else 0.0,
+    }
+    return out
+
+
 def _hydra_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
+def as_overrides(settings: dict[str, Any]) -> list[str]:
+    """``key=value`` Hydra overrides, sorted (a rerun is identical)."""
+    return [f"{key}={_hydra_value(value)}" for key, value in sorted(settings.items())]
+
+
 def verl_overrides(cfg: GRPOConfig) -> list[str]:
     """``key=value`` Hydra overrides for ``python -m verl.trainer.main_ppo`` (sorted, so a rerun is identical)."""
-    return [f"{key}={_hydra_value(value)}" for key, value in sorted(verl_settings(cfg).items())]
+    return as_overrides(verl_settings(cfg))
+
+
+def trial_overrides(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> list[str]:
+    """Every override of one trial but its paths (model, data, checkpoints, log): what preflight validates."""
+    return as_overrides({**verl_settings(cfg), **launch_settings(cfg, per_node)})

@@ -4,12 +4,17 @@ The logger writes one JSON line ``{"step": N, "data": {...}}`` per training step
 ``$VERL_FILE_LOGGER_PATH`` and opens that file with ``"wb"``: a resumed run truncates it. The tail
 here notices the truncation (the file got shorter than what it had read) and reads again from the top,
 keeping the rows it already had, so a trial's history survives its resumes; a step logged again after
-a resume replaces the earlier row of that step.
+a resume is merged into the row it had (its values win).
+
+``project_metrics`` adds the project's names (MindSpeed-RL's, docs/DESIGN.md) beside verl's own, from verl's
+metric_utils names: ``critic/score/mean`` is ``grpo/score/mean``, ``timing_s/step`` is ``timing/all``, a
+``val-core/<data source>/<acc|reward>/mean@N`` is ``eval/<acc|reward>``; verl's keys stay as logged.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 
@@ -40,7 +45,7 @@ class VerlLogTail:
         for line in lines:
             row = _row(line)
             if row is not None:
-                self.rows[row[0]] = row[1]
+                self.rows.setdefault(row[0], {}).update(row[1])
                 new.append(row)
         return new
 
@@ -54,6 +59,31 @@ def _row(line: bytes) -> tuple[int, dict[str, float]] | None:
         return None
     metrics = {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return step, metrics
+
+
+# verl's metric name -> the project's (MindSpeed-RL's where it has one); verl-0.9.1:verl/trainer/ppo/metric_utils.py
+RENAMES = {
+    "critic/score/mean": "grpo/score/mean",
+    "critic/score/max": "grpo/score/max",
+    "critic/score/min": "grpo/score/min",
+    "critic/rewards/mean": "grpo/rewards/mean",
+    "timing_s/step": "timing/all",
+    "perf/throughput": "e2e_tps",
+}
+VAL_CORE = re.compile(r"^val-core/.+/(?P<name>acc|reward)/mean@\d+$")
+
+
+def project_metrics(data: dict[str, float]) -> dict[str, float]:
+    """verl's step metrics with the project's names added (verl's own kept)."""
+    out = dict(data)
+    for theirs, ours in RENAMES.items():
+        if theirs in data:
+            out[ours] = data[theirs]
+    for key, value in data.items():
+        match = VAL_CORE.match(key)
+        if match:
+            out.setdefault(f"eval/{match['name']}", value)
+    return out
 
 
 def latest_checkpoint(save_dir: Path) -> Path | None:

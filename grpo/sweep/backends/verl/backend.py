@@ -1,0 +1,295 @@
+"""The verl backend: each trial is one run of verl 0.9.x's ``python -m verl.trainer.main_ppo``, as its own Ray job.
+
+Rendering (``_render``): the trial's MindSpeed-RL keys become Hydra overrides over verl's own ``ppo_trainer`` config
+(GRPO: ``algorithm.adv_estimator=grpo``, ``rollout.n``, KL as loss or in reward, ``clip_ratio_low/high`` both
+written, prompt-counted batches), plus what verl leaves unset (``rollout.name``, the micro batch sizes) and the
+run's paths. ``coverage`` classifies every key (docs/backend_verl.md).
+
+Preflight (``check``, on a CPU): the refused keys, then the trial's overrides composed and validated by verl's own
+code (``_validate``: Hydra composition of the installed verl's config, ``validate_config``,
+``omega_conf_to_dataclass``); a failure is one line naming the grpo-sweep key. Nothing imports verl unless a
+spec uses this backend.
+
+Launch (``run``, in the trial's Ray worker, which holds one CPU and no GPU): the trial is submitted as a Ray job
+(``JobSubmissionClient`` on the cluster's dashboard), never run inside the worker, so verl's placement groups get
+the GPUs and a trial never waits on resources its own task holds (ray#47439). The job's ``file`` logger
+(``VERL_FILE_LOGGER_PATH`` in its runtime env) writes ``<run dir>/verl.jsonl``; the worker tails it (``log``: a
+resume truncates it, rows already read are kept) and reports each step as one iteration, under verl's names and
+the project's (``grpo/score/mean`` ...), into ``<run dir>/metrics.jsonl`` too. A pruned trial's job is stopped
+(``ray job stop``: its driver, and with it the TaskRunner, rollout and actor workers of that job); a job that
+fails, or logs no step for ``stall_timeout`` seconds, ends the trial as ``TrialFailed`` with its log's last lines.
+
+Checkpoints and resume (``_resume``): verl saves ``<actor_config.save>/global_step_N`` and
+``latest_checkpointed_iteration.txt`` (the file the driver reads). A retry or pbt branch names such a folder in
+``actor_config.load`` (``finetune`` false) and starts with ``resume_mode=resume_path``,
+``resume_from_path=<load>/global_step_N``. What it keeps (``actor.checkpoint.load_contents``): a retry, and a
+branch that explored no learning-rate key, load ``[model, optimizer, extra]`` (weights, AdamW moments, the lr
+scheduler and rng, and verl's ``data.pt`` data position); a branch whose lr settings differ from its parent's
+(``grpo_sweep_optim.json`` beside the checkpoints says what the parent ran with) loads ``[model]`` only: fresh
+AdamW moments at its own lr, since a restored optimizer's param groups and scheduler would put the parent's lr back.
+
+    VerlBackend().run(cfg, Path("studies/s/trials/0/runs/seed0"), report=lambda i, m: False, resume=False)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from grpo._fs import checkpoint_iteration, truncate_jsonl_after
+from grpo.config import GRPOConfig
+from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
+from grpo.sweep.backends.verl import _launch, _render, _resume, coverage
+from grpo.sweep.backends.verl.log import VerlLogTail, project_metrics
+
+DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
+REPORTED_LINES = 30
+PROJECT = "grpo_sweep"
+
+
+class VerlBackend(TrialBackend):
+    """Runs each trial as a verl ``main_ppo`` Ray job (see the module docstring).
+
+    ``python`` is the interpreter the job runs (where trials launch; default: this one), ``module`` verl's entry
+    (tests name the stand-in), ``address`` the Jobs API (default: the dashboard of the cluster the worker is in),
+    ``env`` the job's extra environment, ``extra_overrides`` verl-native overrides every trial gets last (a reward
+    function, a rollout setting a MindSpeed-RL config has no key for); the preflight validates them with the rest.
+    """
+
+    def __init__(
+        self,
+        *,
+        source: str = "spec",
+        python: str | None = None,
+        module: str = _launch.ENTRY_MODULE,
+        address: str | None = None,
+        env: dict[str, str] | None = None,
+        gpus_per_node: int = _render.GPUS_PER_NODE,
+        stall_timeout: float = 3600.0,
+        poll_s: float = 0.5,
+        extra_overrides: list[str] | None = None,
+    ):
+        self.source = source
+        self.python = python or sys.executable
+        self.module = module
+        self.address = address
+        self.env = dict(env or {})
+        self.gpus_per_node = gpus_per_node
+        self.stall_timeout = stall_timeout
+        self.poll_s = poll_s
+        self.extra_overrides = list(extra_overrides or [])
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> VerlBackend:
+        return cls(source=spec.source)
+
+    def resources(self, cfg: GRPOConfig) -> RayOptions:
+        """One CPU, no GPU: the job's own placement groups take the trial's GPUs (ray#47439)."""
+        return {"num_cpus": 1}
+
+    # ------------------------------------------------------------------ checks
+    def check(self, cfg: GRPOConfig) -> list[str]:
+        problems = coverage.refusals(cfg, cfg._source)
+        if cfg.engine.exit_interval:
+            problems += self.branch_problems(cfg)
+        if problems:
+            return problems
+        return self.verl_problems(cfg)
+
+    def verl_problems(self, cfg: GRPOConfig) -> list[str]:
+        """The trial's overrides composed and validated by verl's own code ([] when verl accepts them)."""
+        from grpo.sweep.backends.verl import _validate
+
+        overrides = _render.trial_overrides(cfg, self.gpus_per_node) + self.extra_overrides
+        try:
+            _validate.validate(overrides)
+        except _validate.VerlMissing as err:
+            return [f"{self.source}: backend verl: {err}"]
+        except Exception as err:  # verl's own refusal: an assert, a ValueError, a Hydra composition error
+            settings = dict(item.split("=", 1) for item in overrides)
+            return [_validate.explain(err, settings, cfg._source)]
+        return []
+
+    def check_search(self, keys: list[str], source: str) -> list[str]:
+        return coverage.searched_problems(keys, source)
+
+    def branch_problems(self, cfg: GRPOConfig) -> list[str]:
+        """A pbt segment is a verl run cut at the segment's end (``total_training_steps``), so its lr schedule would
+        span the segment, not the run: only a constant lr without warmup is the same; no value changes mid-run."""
+        actor, problems = cfg.actor_config, []
+        if actor.lr_decay_style != "constant" or actor.lr_warmup_fraction > 0:
+            problems.append(
+                f"{self.source}: actor_config.lr_decay_style: pbt segments run on verl as resumes cut at the segment's "
+                f"end, where verl's lr schedule ({actor.lr_decay_style}, warmup {actor.lr_warmup_fraction:g}) would "
+                f"span the segment, not the run; use lr_decay_style: constant with no warmup"
+            )
+        if cfg.schedule:
+            problems.append(f"{self.source}: schedule: backend verl cannot change a value during a run")
+        return problems
+
+    def launch_warnings(self, cfg: GRPOConfig) -> list[str]:
+        """The model and data paths, seen from this machine (trials may launch on another)."""
+        mt, out = cfg.megatron_training, []
+        model = mt.tokenizer_name_or_path
+        if not model:
+            out.append(
+                f"{cfg._source}: megatron_training.tokenizer_name_or_path: not set; backend verl needs the Hugging "
+                "Face model folder (actor_rollout_ref.model.path)"
+            )
+        elif not Path(str(model)).expanduser().is_dir():
+            out.append(f"{cfg._source}: megatron_training.tokenizer_name_or_path: {model}: no such folder here")
+        data = mt.data_path
+        if not data or not Path(str(data)).expanduser().exists():
+            out.append(
+                f"{cfg._source}: megatron_training.data_path: {data}: no such file here (backend verl reads it as "
+                "data.train_files, verl's parquet)"
+            )
+        return out
+
+    # ------------------------------------------------------------------ launch
+    def launch_overrides(self, cfg: GRPOConfig, run_dir: Path) -> tuple[list[str], Path, int]:
+        """(every override of the job, its checkpoint folder, the iteration it starts from)."""
+        actor, mt = cfg.actor_config, cfg.megatron_training
+        save_dir = Path(str(actor.save or run_dir / "ckpt")).expanduser().resolve()
+        overrides = _render.trial_overrides(cfg, self.gpus_per_node)
+        overrides += [
+            f"trainer.project_name={PROJECT}",
+            f"trainer.experiment_name={run_dir.name}-{uuid.uuid4().hex[:6]}",
+        ]
+        if mt.tokenizer_name_or_path:
+            overrides.append(f"actor_rollout_ref.model.path={Path(str(mt.tokenizer_name_or_path)).expanduser()}")
+        if mt.data_path:
+            data = Path(str(mt.data_path)).expanduser()
+            overrides += [f"data.train_files={data}", f"data.val_files={data}"]
+        if cfg.engine.keep_checkpoints:
+            overrides.append(f"trainer.max_actor_ckpt_to_keep={int(cfg.engine.keep_checkpoints)}")
+        start = 0
+        load = Path(str(actor.load)).expanduser() if actor.load else None
+        iteration = checkpoint_iteration(load) if load is not None and not actor.finetune else None
+        if load is not None and iteration is not None:
+            folder = load / f"global_step_{iteration}"
+            if not folder.is_dir():
+                raise TrialFailed(f"actor_config.load: {load} names iteration {iteration} but has no {folder.name}")
+            explored = [] if load.resolve() == save_dir else _resume.explored_lr_keys(load, actor)
+            overrides += _resume.resume_overrides(
+                save_dir,
+                folder,
+                explored,
+                load_optimizer=not actor.no_load_optim,
+                load_extra=not actor.no_load_rng,
+            )
+            start = iteration
+        else:
+            overrides += _resume.fresh_overrides(save_dir)
+        interval = cfg.engine.exit_interval
+        if interval:  # a pbt segment: verl stops (and saves: its last step always does) at the segment's end
+            end = min(int(mt.train_iters), (start // interval + 1) * interval)
+            overrides = [o for o in overrides if not o.startswith("trainer.total_training_steps=")]
+            overrides.append(f"trainer.total_training_steps={end}")
+        return overrides + self.extra_overrides, save_dir, start
+
+    def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
+        run_dir = Path(trial_dir).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        overrides, save_dir, start = self.launch_overrides(cfg, run_dir)
+        _resume.write_lr_settings(save_dir, cfg.actor_config)
+        log_path = run_dir / "verl.jsonl"
+        metrics_path = run_dir / "metrics.jsonl"
+        truncate_jsonl_after(metrics_path, start)
+        try:
+            jobs = _launch.client(self.address)
+        except Exception as err:
+            raise TrialFailed(f"backend verl on {socket.gethostname()}: {err}") from None
+        submission_id = f"grpo-{run_dir.parent.parent.name}-{run_dir.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            _launch.submit(jobs, submission_id, self.python, overrides, log_path, module=self.module, env=self.env)
+        except Exception as err:
+            raise TrialFailed(
+                f"backend verl: the Ray job could not be submitted: {type(err).__name__}: {err}"
+            ) from None
+        with open(run_dir / "train.log", "a", encoding="utf-8") as log:
+            log.write(
+                f"# grpo-sweep: ray job {submission_id}: {_launch.entrypoint(self.python, overrides, self.module)}\n"
+            )
+        return self._supervise(jobs, submission_id, report, log_path, metrics_path, save_dir, start)
+
+    def _supervise(
+        self,
+        jobs: Any,
+        submission_id: str,
+        report: ReportFn,
+        log_path: Path,
+        metrics_path: Path,
+        save_dir: Path,
+        start: int,
+    ) -> dict[str, Any]:
+        tail = VerlLogTail(log_path)
+        last_iteration, last_metrics, stopped = start, {}, False
+        last_progress = time.monotonic()
+        status = "PENDING"
+        try:
+            with open(metrics_path, "a", encoding="utf-8") as metrics_out:
+                while True:
+                    status = str(jobs.get_job_status(submission_id).value)
+                    ended = status in ("SUCCEEDED", "FAILED", "STOPPED")
+                    for step, data in tail.poll():
+                        if step <= last_iteration:
+                            continue  # a step logged again after a resume, or verl's step-0 validation
+                        metrics = project_metrics(data)
+                        bad = [k for k in DIVERGENCE_KEYS if k in metrics and not math.isfinite(metrics[k])]
+                        if bad:
+                            _launch.stop(jobs, submission_id)
+                            raise TrialFailed(
+                                f"training diverged: {bad[0]} is {metrics[bad[0]]} at iteration {step}",
+                                self._job_tail(jobs, submission_id),
+                            )
+                        last_iteration, last_metrics = step, {k: v for k, v in metrics.items() if math.isfinite(v)}
+                        last_progress = time.monotonic()
+                        metrics_out.write(json.dumps({"iteration": step, **last_metrics}) + "\n")
+                        metrics_out.flush()
+                        if report(step, last_metrics):
+                            stopped = True
+                            break
+                    if stopped or ended:
+                        break
+                    if time.monotonic() - last_progress > self.stall_timeout:
+                        _launch.stop(jobs, submission_id)
+                        raise TrialFailed(
+                            f"stalled: no step logged for {self.stall_timeout:g} s (job {submission_id})",
+                            self._job_tail(jobs, submission_id),
+                        )
+                    time.sleep(self.poll_s)
+        finally:
+            if not jobs.get_job_status(submission_id).is_terminal():
+                status = _launch.stop(jobs, submission_id)  # pruned, interrupted, or the worker failing
+        summary = {
+            "iterations": last_iteration,
+            "stopped_early": stopped,
+            "job": submission_id,
+            "job_status": status,
+            "metrics": last_metrics,
+            "checkpoint": str(save_dir),
+            "resumed_from": start or None,
+        }
+        if stopped:
+            return summary
+        if status != "SUCCEEDED":
+            raise TrialFailed(f"verl job {submission_id} ended {status}", self._job_tail(jobs, submission_id))
+        if last_iteration == start:
+            raise TrialFailed(
+                f"verl job {submission_id} logged no step to {tail.path}", self._job_tail(jobs, submission_id)
+            )
+        return summary
+
+    @staticmethod
+    def _job_tail(jobs: Any, submission_id: str) -> list[str]:
+        try:
+            return str(jobs.get_job_logs(submission_id)).splitlines()[-REPORTED_LINES:]
+        except Exception:
+            return []

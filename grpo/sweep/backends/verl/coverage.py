@@ -1,0 +1,211 @@
+"""Every config key, classified for ``backend: verl``: applied (rendered as an override over verl's ``ppo_trainer``,
+or used to build the launch), refused (verl 0.9's GRPO has no such thing here: a value other than the default is an
+error naming the key and the backend), or no effect (cannot change what a verl run trains: speed, memory, the
+embedded engine's own toy task, logging).
+
+The key list is the embedded engine's table (grpo/engine/coverage.py: every MindSpeed-RL manifest key and every
+schema key), re-classified here, so no key can be missing. ``docs/backend_verl.md`` is written by ``key_table()``
+(``python -m grpo.sweep.backends.verl.coverage``); tests/test_verl_coverage.py fails when the doc is stale, and
+checks every applied key's verl path against verl's real composed config. No verl import here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from grpo.config.inert import key_name
+from grpo.engine.coverage import TABLE, KeyClass, Kind, _one_of, _setting, manifest_default
+from grpo.sweep.backends.trl.coverage import ARCH  # the model architecture keys (no trl import)
+
+if TYPE_CHECKING:
+    from grpo.config import GRPOConfig
+
+M, RL, S, E, G = "megatron", "rl_config", "generate_config.sampling_config", "engine", "generate_config"
+A, R, REF = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+
+# key -> how a verl run applies it (the verl key it renders, or what the backend builds from it)
+APPLIED: dict[str, str] = {
+    f"{RL}.adv_estimator": "algorithm.adv_estimator=grpo (group_norm only)",
+    f"{RL}.gamma": "algorithm.gamma",
+    f"{RL}.lam": "algorithm.lam",
+    f"{RL}.n_samples_per_prompt": f"{R}.n",
+    f"{RL}.mini_batch_size": f"{A}.ppo_mini_batch_size (prompts in both; verl multiplies by rollout.n)",
+    f"{RL}.epochs": f"{A}.ppo_epochs",
+    f"{RL}.shuffle_mini_batch": f"{A}.shuffle",
+    f"{RL}.max_prompt_length": "data.max_prompt_length",
+    f"{RL}.clip_ratio": f"{A}.clip_ratio_low and clip_ratio_high (both, since both default to 0.2 and win)",
+    f"{RL}.clip_higher_enable": f"{A}.clip_ratio_low / clip_ratio_high from clip_ratio_low / clip_ratio_high",
+    f"{RL}.clip_ratio_low": f"{A}.clip_ratio_low (clip_higher_enable)",
+    f"{RL}.clip_ratio_high": f"{A}.clip_ratio_high (clip_higher_enable)",
+    f"{RL}.entropy_coeff": f"{A}.entropy_coeff",
+    f"{RL}.token_level_loss": f"{A}.loss_agg_mode token-mean (true) or seq-mean-token-mean (false)",
+    f"{RL}.init_kl_coef": f"{A}.kl_loss_coef with use_kl_loss (KL as loss), or algorithm.kl_ctrl.kl_coef (in reward)",
+    f"{RL}.kl_penalty": f"{A}.kl_loss_type, or algorithm.kl_penalty (in reward)",
+    f"{RL}.use_kl_in_reward": "algorithm.use_kl_in_reward (then use_kl_loss false: never both)",
+    f"{RL}.kl_ctrl_type": "algorithm.kl_ctrl.type (KL in reward; the KL-loss coefficient is fixed)",
+    f"{RL}.kl_target": "algorithm.kl_ctrl.target_kl (KL in reward)",
+    f"{RL}.kl_horizon": "algorithm.kl_ctrl.horizon (KL in reward)",
+    f"{RL}.actor_forward_micro_batch_size": f"{R}.log_prob_micro_batch_size_per_gpu (verl's default is None)",
+    f"{RL}.ref_forward_micro_batch_size": f"{REF}.log_prob_micro_batch_size_per_gpu (verl's default is None)",
+    f"{RL}.actor_resource": "trainer.nnodes / n_gpus_per_node from num_npus (8 per node)",
+    f"{S}.temperature": f"{R}.temperature",
+    f"{S}.top_p": f"{R}.top_p",
+    f"{S}.top_k": f"{R}.top_k (-1 is off in both)",
+    f"{S}.max_tokens": "data.max_response_length",
+    f"{S}.seed": f"{R}.seed",
+    "generate_config.sampling_config": "the section",
+    f"{G}.infer_tensor_parallel_size": f"{R}.tensor_model_parallel_size (verl's default is 2)",
+    f"{G}.gpu_memory_utilization": f"{R}.gpu_memory_utilization",
+    f"{M}.lr": f"{A}.optim.lr",
+    f"{M}.lr_decay_style": f"{A}.optim.lr_scheduler_type (verl's FSDP optimizer: constant or cosine)",
+    f"{M}.lr_warmup_fraction": f"{A}.optim.lr_warmup_steps_ratio",
+    f"{M}.min_lr": f"{A}.optim.min_lr_ratio = min_lr / lr",
+    f"{M}.weight_decay": f"{A}.optim.weight_decay (verl's default is 0.01)",
+    f"{M}.adam_beta1": f"{A}.optim.betas[0]",
+    f"{M}.adam_beta2": f"{A}.optim.betas[1]",
+    f"{M}.clip_grad": f"{A}.optim.clip_grad",
+    f"{M}.train_iters": "trainer.total_training_steps (one verl step is one iteration: train_batch_size prompts)",
+    f"{M}.save_interval": "trainer.save_freq (global_step_N folders)",
+    f"{M}.seed": f"{A}.data_loader_seed",
+    f"{M}.global_batch_size": "data.train_batch_size (prompts in both)",
+    f"{M}.micro_batch_size": f"{A}.ppo_micro_batch_size_per_gpu (responses per GPU in both)",
+    f"{M}.save": "trainer.default_local_dir (absolute; global_step_N folders)",
+    f"{M}.load": "trainer.resume_from_path=<load>/global_step_N (resume_mode=resume_path), N from "
+    "latest_checkpointed_iteration.txt",
+    f"{M}.finetune": "true: never resume from actor_config.load",
+    f"{M}.no_load_optim": f"{A}.checkpoint.load_contents without optimizer",
+    f"{M}.no_load_rng": f"{A}.checkpoint.load_contents without extra (scheduler and rng)",
+    f"{M}.tokenizer_name_or_path": "actor_rollout_ref.model.path (the Hugging Face folder: weights, tokenizer)",
+    f"{M}.data_path": "data.train_files and data.val_files (verl's parquet)",
+    f"{E}.eval_every": "trainer.test_freq",
+    f"{E}.exit_interval": "a pbt segment's end: trainer.total_training_steps cut at the next multiple",
+    f"{E}.loss_agg_mode": f"{A}.loss_agg_mode (verl's own modes)",
+    f"{E}.policy_loss": f"{A}.policy_loss.loss_mode (vanilla, gspo)",
+    f"{E}.advantage_estimator": "group_norm: algorithm.norm_adv_by_std_in_grpo true; group_norm_no_std: false",
+}
+NO_EFFECT: dict[str, str] = {
+    **{
+        f"{E}.{k}": "the embedded engine's own task, warm start and evaluation set: verl trains on data_path's "
+        "rows and model.path's weights"
+        for k in ("task", "task_size", "task_seed", "warm_start_steps", "eval_size", "recompute_old_logprobs")
+    },
+    f"{E}.device": "verl runs on the trial's GPUs (trainer.device cuda)",
+    f"{E}.num_threads": "threads of the embedded engine; a verl trial's worker only supervises its job",
+    f"{RL}.rule_reward": "verl scores each row with its reward manager by the row's data_source "
+    "(default_compute_score); grpo-sweep's verifiers are not rendered",
+    f"{RL}.verifier_function": "verl scores each row with its reward manager by the row's data_source "
+    "(default_compute_score); grpo-sweep's verifiers are not rendered",
+    f"{RL}.verifier_weight": "verl scores each row with its reward manager by the row's data_source "
+    "(default_compute_score); grpo-sweep's verifiers are not rendered",
+    f"{M}.no_save_optim": "verl's checkpoints always hold the optimizer (save_contents default)",
+    f"{M}.no_save_rng": "verl's checkpoints always hold the scheduler and rng (extra)",
+    f"{M}.split": "verl reads data.train_files whole; the held-out rows are data.val_files",
+    f"{M}.init_method_std": "verl starts from model.path's weights, never a random init",
+    f"{G}.max_model_len": "verl sizes the rollout from max_prompt_length + max_response_length",
+    f"{S}.min_p": "verl's rollout has no min_p; refused unless 0",
+}
+ARCH_REASON = "verl builds the model from actor_rollout_ref.model.path's config.json (tokenizer_name_or_path)"
+
+# Applied with only some values (check() refuses the others in one line).
+VALUES: dict[str, tuple[object, ...]] = {
+    f"{RL}.adv_estimator": ("group_norm",),
+    f"{E}.advantage_estimator": ("group_norm", "group_norm_no_std"),
+    f"{E}.policy_loss": ("vanilla", "gspo"),
+    f"{S}.min_p": (0.0,),
+    f"{M}.hidden_dropout": (0.0,),  # refused keys whose default verl does carry out (HF models: no dropout)
+    f"{M}.attention_dropout": (0.0,),
+}
+REFUSED_REASON = "verl 0.9's GRPO trainer has no such setting here; backend: embedded applies it"
+
+
+def classify(name: str) -> KeyClass:
+    """A table key (grpo/engine/coverage.py's name) as backend verl sees it."""
+    entry = TABLE[name]
+    if name in APPLIED:
+        return KeyClass(name, Kind.APPLIED, APPLIED[name])
+    if name in NO_EFFECT:
+        return KeyClass(name, Kind.NO_EFFECT, NO_EFFECT[name])
+    if name in ARCH:
+        return KeyClass(name, Kind.NO_EFFECT, ARCH_REASON)
+    if entry.kind is Kind.NO_EFFECT:
+        return KeyClass(name, Kind.NO_EFFECT, entry.reason)
+    if entry.kind is Kind.APPLIED and name.count(".") == 0:  # a section or top-level choice
+        return KeyClass(name, Kind.APPLIED, "the section")
+    return KeyClass(name, Kind.REFUSED, REFUSED_REASON if entry.kind is Kind.APPLIED else entry.reason)
+
+
+def table() -> dict[str, KeyClass]:
+    return {name: classify(name) for name in TABLE}
+
+
+def key_table() -> str:
+    """docs/backend_verl.md's table: every key and what backend verl does with it."""
+    rows = table().values()
+    lines = [
+        "## Keys under `backend: verl`",
+        "",
+        "Generated by `python -m grpo.sweep.backends.verl.coverage` from grpo/sweep/backends/verl/coverage.py "
+        "(tests/test_verl_coverage.py fails when it is stale). Every MindSpeed-RL and schema key (docs/keys.md) is "
+        "applied (rendered as an override over verl's `ppo_trainer`), refused (a value other than the default is an "
+        "error naming the key and the backend), or has no effect on what a verl run trains.",
+        "",
+        f"{sum(r.kind is Kind.APPLIED for r in rows)} applied, {sum(r.kind is Kind.REFUSED for r in rows)} refused, "
+        f"{sum(r.kind is Kind.NO_EFFECT for r in rows)} no effect.",
+        "",
+        "| key | kind | how / why |",
+        "|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r.kind.value, r.name)):
+        lines.append(f"| `{r.name}` | {r.kind.value} | {r.reason.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _value(cfg: GRPOConfig, name: str) -> object:
+    section, _, key = name.rpartition(".")
+    if section == M:  # one Megatron namespace: the actor's value wins, as MindSpeed-RL merges them
+        return getattr(cfg.actor_config, key, getattr(cfg.megatron_training, key, None))
+    node: object = cfg
+    for part in name.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def refusals(cfg: GRPOConfig, source: str) -> list[str]:
+    """One line per key ``cfg`` sets to a value backend verl does not carry out (naming the key and the backend)."""
+    out = []
+    for name, allowed in VALUES.items():
+        value = _value(cfg, name)
+        if value not in allowed:
+            out.append(f"{source}: {name}: {value!r}: backend verl runs only {', '.join(map(repr, allowed))}")
+    for entry in table().values():
+        if entry.kind is not Kind.REFUSED or entry.name in VALUES:
+            continue
+        own = TABLE[entry.name]
+        ok = own.carried_out or _one_of(manifest_default(entry.name))
+        out += [
+            f"{source}: {path}: {value!r}: backend verl refuses it ({entry.reason})"
+            for path, value in _setting(cfg, own)
+            if not ok(value)
+        ]
+    return out
+
+
+def searched_problems(keys: list[str], source: str) -> list[str]:
+    """One line per searched key backend verl would not vary: refused, or no effect on a verl run."""
+    out = []
+    for key in keys:
+        entry = TABLE.get(key_name(key))
+        if entry is None:
+            continue
+        mine = classify(entry.name)
+        if mine.kind is Kind.REFUSED:
+            out.append(f"{source}: search.{key}: refused by backend verl ({mine.reason})")
+        elif mine.kind is Kind.NO_EFFECT:
+            out.append(
+                f"{source}: search.{key}: cannot change a verl run ({mine.reason}); searching it ranks seed noise"
+            )
+    return out
+
+
+if __name__ == "__main__":
+    print(key_table(), end="")
