@@ -217,6 +217,7 @@ def load_spec(
             problems.append(f"{source}: start_points: {len(spec.start_points)} points but trials: {spec.trials}")
     if spec.transfer is not None:
         problems += _transfer_problems(spec, source)
+    problems += spec.trl.problems(spec.backend, source, spec_path.parent)
     if problems or base is None or space is None:
         raise UserError(problems[0], problems=problems)
     located = spec.located(spec_path, base, warnings=[])

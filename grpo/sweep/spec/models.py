@@ -268,6 +268,48 @@ class MindSpeedSpec(_Strict):
         return self.model_copy(update={"path": str(checkout) if checkout else None})
 
 
+class TrlSpec(_Strict):
+    """How backend trl runs a trial (docs/backend_trl.md): ``launcher: worker`` trains in the trial's Ray worker;
+    ``accelerate`` runs ``accelerate launch [--config_file F] --num_processes N [extra_args] -m
+    grpo.sweep.backends.trl.worker`` as its subprocess (several GPUs; DeepSpeed or FSDP through the accelerate
+    config), asking Ray for ``num_processes`` GPUs. A stopped run has ``stop_grace`` s to end before its process
+    group is killed. ``config_file`` is relative to the spec's folder."""
+
+    launcher: Literal["worker", "accelerate"] = "worker"
+    num_processes: int = Field(1, ge=1)
+    config_file: str | None = Field(None, min_length=1)
+    extra_args: list[str] = Field(default_factory=list)
+    stop_grace: float = Field(60, ge=0)
+
+    def problems(self, backend: str, source: str, spec_dir: Path) -> list[str]:
+        """One line per setting that cannot work, naming its key (``load_spec`` calls it)."""
+        if backend != "trl":
+            set_keys = sorted(self.model_fields_set)
+            return [f"{source}: trl.{k}: only backend trl reads trl: (backend is {backend})" for k in set_keys[:1]]
+        out = []
+        if self.launcher == "worker":
+            out += [
+                f"{source}: trl.{key}: needs trl.launcher: accelerate (the worker trains in one process)"
+                for key in ("num_processes", "config_file", "extra_args")
+                if key in self.model_fields_set and getattr(self, key) not in (1, None, [])
+            ]
+        if self.config_file is not None and not self.config_path(spec_dir).is_file():
+            out.append(f"{source}: trl.config_file: {self.config_file}: no such file")
+        own = ("--num_processes", "--config_file", "-m", "--module", "--cpu")  # what the backend sets itself
+        for arg in self.extra_args:
+            if arg.split("=", 1)[0] in own:
+                out.append(f"{source}: trl.extra_args: {arg}: set by the backend (trl.num_processes, trl.config_file)")
+        return out
+
+    def config_path(self, spec_dir: Path) -> Path:
+        path = Path(str(self.config_file)).expanduser()
+        return path if path.is_absolute() else (spec_dir / path).resolve()
+
+    def anchored(self, spec_dir: Path) -> TrlSpec:
+        """A copy whose config_file is absolute: the settings mean the same in a worker with another cwd."""
+        return self.model_copy(update={"config_file": str(self.config_path(spec_dir)) if self.config_file else None})
+
+
 class PlanSpec(_Strict):
     device_memory_gb: float = Field(64, gt=0)
     enabled: bool = True
@@ -357,6 +399,7 @@ class SweepSpec(_Strict):
     trial_storage: str | None = None
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     mindspeed: MindSpeedSpec = Field(default_factory=MindSpeedSpec)
+    trl: TrlSpec = Field(default_factory=TrlSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
     # Known-good points tried first ({searched key: value}; grpo/sweep/spec/start_points.py), checked at load.
     start_points: list[dict[str, Any]] = Field(default_factory=list)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.trl import coverage
 from grpo.sweep.backends.trl.keys import grpo_config_kwargs
+from grpo.sweep.spec.models import TrlSpec
 
 LR_SCHEDULES = {"constant": "constant", "linear": "linear", "cosine": "cosine"}
 
@@ -112,19 +114,29 @@ def resume_folder(cfg: GRPOConfig, steps_per_iter: int) -> Path | None:
 
 
 class TrlBackend(TrialBackend):
-    """Runs each trial as a TRL GRPOTrainer run in the worker (see the module docstring)."""
+    """Runs each trial as a TRL GRPOTrainer run in the worker, or under ``accelerate launch`` (spec ``trl:``,
+    ``launch.py``); see the module docstring."""
 
-    def __init__(self, *, source: str = "spec"):
+    def __init__(self, settings: TrlSpec | None = None, *, source: str = "spec"):
+        self.settings = settings or TrlSpec()
         self.source = source
 
     @classmethod
     def from_spec(cls, spec: Any) -> TrlBackend:
-        return cls(source=spec.source)
+        settings = spec.trl.anchored(spec.path.parent) if spec.path is not None else spec.trl
+        return cls(settings, source=spec.source)
+
+    @property
+    def processes(self) -> int:
+        """Training processes of one trial: ``trl.num_processes`` under accelerate, else the worker alone."""
+        return self.settings.num_processes if self.settings.launcher == "accelerate" else 1
 
     def resources(self, cfg: GRPOConfig) -> RayOptions:
-        options: RayOptions = {"num_cpus": max(1, int(cfg.engine.num_threads))}
+        """One CPU slot per torch thread of each process; on cuda one GPU per process (Ray's CUDA_VISIBLE_DEVICES
+        reaches the accelerate subprocess, which runs one process per visible GPU)."""
+        options: RayOptions = {"num_cpus": max(1, int(cfg.engine.num_threads)) * self.processes}
         if cfg.engine.device == "cuda":
-            options["num_gpus"] = 1
+            options["num_gpus"] = self.processes
         return options
 
     def check(self, cfg: GRPOConfig) -> list[str]:
@@ -134,7 +146,19 @@ class TrlBackend(TrialBackend):
             batch_plan(cfg)
         except UserError as err:
             problems.append(str(err))
-        return problems + self.schedule_problems(cfg) + self.branch_problems(cfg) * bool(cfg.engine.exit_interval)
+        problems += self.schedule_problems(cfg) + self.launcher_problems(cfg)
+        return problems + self.branch_problems(cfg) * bool(cfg.engine.exit_interval)
+
+    def launcher_problems(self, cfg: GRPOConfig) -> list[str]:
+        """What ``trl:`` cannot do with this config (the spec-only rules are TrlSpec.problems, at load)."""
+        settings = self.settings
+        if settings.launcher == "accelerate" and settings.num_processes > 1 and cfg.engine.device == "cpu":
+            # accelerate launch --cpu runs its simple launcher: one process, whatever --num_processes says
+            return [
+                f"{self.source}: trl.num_processes: {settings.num_processes}: with engine.device cpu accelerate "
+                f"launch starts one process (--cpu); use 1, or engine.device cuda"
+            ]
+        return []
 
     def check_search(self, keys: list[str], source: str) -> list[str]:
         return coverage.searched_problems(keys, source)
@@ -171,6 +195,19 @@ class TrlBackend(TrialBackend):
             raise TrialFailed(
                 f"backend trl: trl is not installed here (pip install 'grpo-sweep[trl]'): {err}"
             ) from None
+        if self.settings.launcher == "accelerate":
+            from grpo.sweep.backends.trl.launch import run_accelerate
+
+            run_dir = Path(trial_dir).resolve()
+            start = resume_folder(cfg, render(cfg, Path(str(cfg.actor_config.save or run_dir / "ckpt")))[1])
+            start_iteration = (checkpoint_iteration(Path(str(cfg.actor_config.load))) or 0) if start else 0
+            return run_accelerate(self.settings, cfg, run_dir, report, start_iteration)
+        return self.run_here(cfg, trial_dir, report)
+
+    def run_here(
+        self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, should_stop: Callable[[], bool] | None = None
+    ) -> dict[str, Any]:
+        """The TRL run in this process (the worker, or each process ``accelerate launch`` starts)."""
         import torch
 
         from grpo.engine.metrics import close_logger, run_logger
@@ -182,14 +219,16 @@ class TrlBackend(TrialBackend):
         previous = torch.get_num_threads()
         torch.set_num_threads(max(1, int(cfg.engine.num_threads)))
         try:
-            return self._train(cfg, run_dir, report, log, SamplingParams)
+            return self._train(cfg, run_dir, report, log, SamplingParams, should_stop)
         except UserError as err:
             raise TrialFailed(f"bad trial config: {err}", tail_lines(run_dir / "train.log")) from None
         finally:
             torch.set_num_threads(previous)
             close_logger(log)
 
-    def _train(self, cfg: GRPOConfig, run_dir: Path, report: ReportFn, log: logging.Logger, sp: Any) -> dict:
+    def _train(
+        self, cfg: GRPOConfig, run_dir: Path, report: ReportFn, log: logging.Logger, sp: Any, should_stop: Any
+    ) -> dict:
         import datasets
         import trl
 
@@ -225,6 +264,7 @@ class TrlBackend(TrialBackend):
                         kwargs["max_completion_length"]),
             scoring=([str(v) for v in rl.verifier_function], list(rl.verifier_weight)),
             beta=float(rl.init_kl_coef), run_dir=run_dir, save_dir=save_dir, model=lambda: trainer.model,
+            should_stop=should_stop,
         )  # fmt: skip
         trainer = trl.GRPOTrainer(
             model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=fast,

@@ -72,11 +72,13 @@ class SweepCallback(transformers.TrainerCallback):
         run_dir: Path,
         save_dir: Path,
         model: Callable[[], Any],
+        should_stop: Callable[[], bool] | None = None,
     ):
         self.base, self.report, self.steps_per_iter = base, report, steps_per_iter
         self.train_iters, self.eval_every, self.exit_interval = train_iters, eval_every, exit_interval
         self.sampling, self.scoring, self.beta = sampling, scoring, beta
         self.run_dir, self.save_dir, self.model = run_dir, save_dir, model
+        self.should_stop = should_stop  # launcher accelerate: the backend's stop file, checked every optimizer step
         self.stopped = False
         self.exited_at: int | None = None
         self.last: dict[str, float] = {}
@@ -126,7 +128,16 @@ class SweepCallback(transformers.TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
 
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        if self.should_stop is not None and not self.stopped and self.should_stop():
+            # Stopped between two reported rows: no checkpoint past the last row the driver has (transformers'
+            # DefaultFlowCallback, which runs first, may have asked for one at this step).
+            self.stopped = True
+            control.should_training_stop = True
+            control.should_save = False
+
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         # The driver's bookkeeping (grpo._fs.checkpoint_iteration): the newest complete iteration, written after
-        # TRL's checkpoint-N folder is complete.
-        atomic_write_text(self.save_dir / CHECKPOINT_TRACKER, str(state.global_step // self.steps_per_iter))
+        # TRL's checkpoint-N folder is complete (by the main process only, under accelerate launch).
+        if state.is_world_process_zero:
+            atomic_write_text(self.save_dir / CHECKPOINT_TRACKER, str(state.global_step // self.steps_per_iter))
