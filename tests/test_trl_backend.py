@@ -51,7 +51,8 @@ def test_every_key_is_classified_and_the_doc_is_current():
     table = coverage.table()
     assert set(table) == set(TABLE)  # the engine's table holds every manifest and schema key
     doc = (REPO / "docs" / "backend_trl.md").read_text()
-    assert doc == coverage.key_table(), "run: python -m grpo.sweep.backends.trl.coverage > docs/backend_trl.md"
+    run = "run: python -m grpo.sweep.backends.trl.coverage --write docs/backend_trl.md"
+    assert doc.endswith(coverage.key_table()) and doc.count(coverage.TABLE_HEADING) == 1, run
 
 
 def test_refused_keys_are_one_line_naming_key_and_backend():
