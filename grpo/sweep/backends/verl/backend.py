@@ -210,8 +210,14 @@ class VerlBackend(TrialBackend):
         try:
             _launch.submit(jobs, submission_id, self.python, overrides, log_path, module=self.module, env=self.env)
         except Exception as err:
+            hint = (
+                " (the node's dashboard agent never came up: is its port, ray start --dashboard-agent-listen-port, "
+                "default 52365, taken by another Ray?)"
+                if "No available agent" in str(err)
+                else ""
+            )
             raise TrialFailed(
-                f"backend verl: the Ray job could not be submitted: {type(err).__name__}: {err}"
+                f"backend verl: the Ray job could not be submitted: {type(err).__name__}: {err}{hint}"
             ) from None
         with open(run_dir / "train.log", "a", encoding="utf-8") as log:
             log.write(
