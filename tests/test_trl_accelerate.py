@@ -3,7 +3,8 @@ the key, exit 2 at validate), the ``accelerate launch`` command line and Ray res
 ``accelerate launch --cpu --num_processes 1`` (accelerate 1.16's simple launcher: one subprocess running
 ``python -m grpo.sweep.backends.trl.worker``): the rows stream from its metrics.jsonl, a prune stops it through the
 stop file at the next optimizer step (its whole process group gone), it resumes from its checkpoint-N keeping
-the earlier rows, and one that does not stop within ``trl.stop_grace`` is killed with its process group."""
+the earlier rows, one that does not stop within ``trl.stop_grace`` is killed with its process group, one whose Ray
+worker is SIGKILLed stops on its own, and one runs through the driver."""
 
 from __future__ import annotations
 
@@ -151,3 +152,42 @@ def test_an_accelerate_trial_through_the_driver(tmp_path):
     run_dir = Path(trial.user_attrs["trial_dir"]) / "runs" / "seed0"
     assert f"--num_processes 1 -m {WORKER}" in (run_dir / LOG).read_text()  # the trial ran under accelerate launch
     assert [r["iteration"] for r in rows(run_dir)] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_an_accelerate_trial_stops_on_its_own_when_its_ray_worker_is_killed(tmp_path):
+    """What a SIGKILLed driver leaves: the accelerate group (a session of its own) outlives the Ray worker that
+    launched it; it must stop rather than train on beside the retry."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from sweep_helpers import cli_env, count_lines, wait_for
+
+    pytest.importorskip("trl", reason="trl not installed (pip install -e .[trl])")
+    script = (
+        "import sys; from grpo.config import load_config; from grpo.sweep.backends.trl.backend import TrlBackend;"
+        "from grpo.sweep.spec.models import TrlSpec;"
+        f"cfg = load_config('grpo_trainer_tiny_cpu', {[*TINY, 'megatron_training.train_iters=500']!r});"
+        f"TrlBackend(TrlSpec(launcher='accelerate')).run(cfg, {str(tmp_path)!r}, lambda i, m: False, False)"
+    )
+    worker, group = subprocess.Popen([sys.executable, "-c", script], env=cli_env(), cwd=tmp_path), 0
+    try:
+        wait_for(lambda: count_lines(tmp_path / "metrics.jsonl") >= 1 or worker.poll() is not None, 120, "a row")
+        assert worker.poll() is None
+        line = next(x for x in (tmp_path / LOG).read_text().splitlines() if "process group" in x)
+        group = int(line.rsplit(" ", 1)[1])
+        os.kill(worker.pid, signal.SIGKILL)  # the worker only, as a dead raylet takes its workers
+        worker.wait(timeout=30)
+        started = time.monotonic()
+        wait_for(lambda: not group_alive(group), 60, "the accelerate group to stop")
+        assert time.monotonic() - started < 60
+        assert count_lines(tmp_path / "metrics.jsonl") < 500  # it stopped, not finished
+        assert json.loads((tmp_path / RESULT).read_text())["summary"]["stopped_early"]  # ended cleanly, on its own
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        if group and group_alive(group):  # a failed test leaves no training behind
+            os.killpg(group, signal.SIGKILL)

@@ -113,6 +113,7 @@ def run_accelerate(
             cmd, cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
+        log.write(f"# grpo-sweep: process group {proc.pid}\n")
     last, last_metrics, stopped, killed, deadline = start_iteration, {}, False, False, math.inf
     try:
         while True:
