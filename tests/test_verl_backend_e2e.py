@@ -10,7 +10,6 @@ worker actor ending with it, the JSONL tail across a resume's truncation, and re
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -36,20 +35,30 @@ BASE = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def cluster():
+    """A `ray start --head` cluster with its dashboard and its own agent port (every local Ray's dashboard agent
+    wants 52365: a second Ray on the machine would leave this one without an agent to accept jobs)."""
+    from test_sweep_connect import _Cluster, _free_port
+
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_port=_free_port(),
-             log_to_driver=False, configure_logging=False)  # fmt: skip
-    yield
-    ray.shutdown()
+    head = _Cluster()
+    head.env.pop("RAY_AUTH_TOKEN")
+    head.env["RAY_AUTH_MODE"] = "disabled"
+    try:
+        head.start(["--head", f"--port={head.gcs_port}", f"--ray-client-server-port={head.client_port}",
+                    "--num-cpus=2", f"--dashboard-port={_free_port()}",
+                    f"--dashboard-agent-listen-port={_free_port()}"], "head")  # fmt: skip
+        current = head.base / "head" / "ray_current_cluster"
+        head.wait_for(current.is_file, "the head")
+        ray.init(address=current.read_text().strip(), log_to_driver=False, configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent)}})  # fmt: skip
+        yield
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        head.stop()
 
 
 def _backend(**env: str) -> VerlBackend:
@@ -61,9 +70,15 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _worker_name(run_dir: Path) -> str:
+    """The stand-in job's rollout worker: named after the experiment the backend gave the job (train.log)."""
+    line = next(line for line in (run_dir / "train.log").read_text().splitlines() if "experiment_name=" in line)
+    return line.split("trainer.experiment_name=")[1].split()[0] + "-rollout"
+
+
 def _actor_alive(name: str) -> bool:
     try:
-        ray.get_actor(name)
+        ray.get_actor(name, namespace="standin_verl")
     except ValueError:
         return False
     return True
@@ -77,19 +92,20 @@ def test_prune_stops_the_job_and_its_workers_then_retry_and_branch_resume(cluste
 
     @ray.remote(num_cpus=1)  # the trial's worker: one CPU, no GPU; the job is submitted from here
     def trial(backend, cfg, run_dir):
-        seen = []
+        seen, alive = [], []
 
         def report(iteration, metrics):
             seen.append((iteration, metrics["grpo/score/mean"], metrics["critic/score/mean"]))
+            alive.append(_actor_alive(_worker_name(run_dir)))  # the job's worker, while the job runs
             return iteration >= 2  # pruned after its second iteration
 
-        return backend.run(cfg, run_dir, report, resume=False), seen
+        return backend.run(cfg, run_dir, report, resume=False), seen, alive
 
-    summary, seen = ray.get(trial.remote(backend, cfg, run1), timeout=120)
+    summary, seen, alive = ray.get(trial.remote(backend, cfg, run1), timeout=120)
     assert summary["stopped_early"] and summary["job_status"] == "STOPPED"
     assert [i for i, *_ in seen] == [1, 2] and all(ours == theirs for _, ours, theirs in seen)
-    experiment = next(line for line in (run1 / "train.log").read_text().splitlines() if "experiment_name=" in line)
-    name = experiment.split("trainer.experiment_name=")[1].split()[0] + "-rollout"
+    assert alive == [True, True]
+    name = _worker_name(run1)
     deadline = time.monotonic() + 30
     while _actor_alive(name) and time.monotonic() < deadline:  # the job's rollout worker ends with its job
         time.sleep(0.5)

@@ -26,7 +26,8 @@ Mirrored from verl-0.9.1's source (what is mirrored, and where; nothing else is)
   ``response_length/mean``, ``timing_s/step``, ``training/global_step``, ``val-core/<source>/acc/mean@1``;
 - Ray: the driver joins the job's cluster (``ray.init()`` with no address, as main_ppo's ``run_ppo``) and starts
   its workers as actors of that job (one ``RolloutWorker`` standing for verl's rollout/actor workers, named
-  ``<experiment_name>-rollout``), so stopping the job must end them too.
+  ``<experiment_name>-rollout`` in namespace ``standin_verl``, owned by the job's driver as verl's are), so stopping
+  the job must end them too.
 
 Not verl: the numbers. The score rises toward a ceiling at a rate set by the learning rate and clip ratio (an lr
 far from 1e-6 learns slower), deterministic per step; ``STANDIN_STEP_S`` (default 0.3 s) is a step's duration,
@@ -84,6 +85,9 @@ class FileLogger:
         self.fp.close()
 
 
+WORKER_NAMESPACE = "standin_verl"  # where tests look the job's worker up
+
+
 def start_workers(experiment: str):
     """The job's workers: actors of this job (verl's TaskRunner, rollout and actor workers are)."""
     import ray
@@ -95,7 +99,7 @@ def start_workers(experiment: str):
         def ping(self):
             return os.getpid()
 
-    worker = RolloutWorker.options(name=f"{experiment}-rollout").remote()
+    worker = RolloutWorker.options(name=f"{experiment}-rollout", namespace=WORKER_NAMESPACE).remote()
     print(f"rollout worker pid {ray.get(worker.ping.remote())}", flush=True)
     return worker
 
