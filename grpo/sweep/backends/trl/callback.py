@@ -130,8 +130,8 @@ class SweepCallback(transformers.TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         if self.should_stop is not None and not self.stopped and self.should_stop():
-            # Stopped between two reported rows: no checkpoint past the last row the driver has (transformers'
-            # DefaultFlowCallback, which runs first, may have asked for one at this step).
+            # Stopped between two rows: no checkpoint at this step (transformers' DefaultFlowCallback, which runs
+            # first, may have asked for one), so a resume never starts past the rows the run has written.
             self.stopped = True
             control.should_training_stop = True
             control.should_save = False
