@@ -18,7 +18,7 @@ def test_every_key_is_classified_once():
     table = coverage.table()
     assert set(table) == set(TABLE)
     assert {r.kind for r in table.values()} == {Kind.APPLIED, Kind.REFUSED, Kind.NO_EFFECT}
-    for name in (*coverage.APPLIED, *coverage.NO_EFFECT, *coverage.VALUES):
+    for name in (*coverage.APPLIED, *coverage.NO_EFFECT, *coverage.VALUES, *coverage.REFUSED):
         assert name in TABLE, name
 
 

@@ -115,7 +115,36 @@ VALUES: dict[str, tuple[object, ...]] = {
     f"{M}.hidden_dropout": (0.0,),  # refused keys whose default verl does carry out (HF models: no dropout)
     f"{M}.attention_dropout": (0.0,),
 }
-REFUSED_REASON = "verl 0.9's GRPO trainer has no such setting here; backend: embedded applies it"
+REFUSED_REASON = "not rendered by backend verl; backend: embedded applies it"
+_FROM_MODEL = "verl takes it from model.path's own files (config.json, tokenizer, chat template), not from this config"
+_DAPO_REWARD = "not rendered yet (verl's DAPO reward manager: reward.reward_kwargs.overlong_buffer_cfg)"
+# Refused keys, with why on verl (a value other than the default is a check() error naming the key).
+REFUSED: dict[str, str] = {
+    **{f"{M}.{k}": "not rendered yet (verl has actor_rollout_ref.model.lora_rank, lora_alpha, target_modules)"
+       for k in ("lora_r", "lora_alpha", "lora_target_modules")},
+    **{f"{RL}.{k}": "not rendered yet (verl has algorithm.filter_groups and data.gen_batch_size: DAPO)"
+       for k in ("filter_groups_enable", "filter_groups_metric", "filter_groups_max_batches",
+                 "filter_groups_train_batch_size")},
+    **{f"{RL}.{k}": _DAPO_REWARD
+       for k in ("overlong_buffer_enable", "overlong_buffer", "overlong_buffer_penalty_factor", "rollout_max_tokens")},
+    **{f"{M}.{k}": _FROM_MODEL for k in ("attention_bias", "attention_mask_type", "noop_layers", "rope_scaling_type",
+                                       "rope_scaling_factor", "vocab_extra_ids", "mm_model", "tokenizer_type",
+                                       "prompt_type", "prompt_type_path")},
+    f"{M}.hidden_dropout": "verl trains model.path's model as its config.json has it; 0 (MindSpeed-RL's recipes) only",
+    f"{M}.attention_dropout": "verl trains model.path's model as its config.json has it; 0 (MindSpeed-RL's recipes) "
+    "only",
+    f"{M}.no_shuffle": "not rendered yet (verl's data.shuffle)",
+    f"{M}.optimizer": "verl's FSDP actor optimizer is AdamW (optim.optimizer): adam only",
+    f"{M}.pretrained_checkpoint": "verl starts from model.path only",
+    f"{M}.skip_train": "verl always trains",
+    f"{RL}.critic_resource": "a critic (PPO): backend verl runs GRPO only",
+    f"{RL}.integrated_mode_config": "a separate reference checkpoint: verl's reference is model.path's weights",
+    f"{RL}.is_multimodal": "multimodal: not rendered yet (verl's VLM path needs image data and processor settings)",
+    f"{RL}.vit_resource": "multimodal: not rendered yet (verl's VLM path needs image data and processor settings)",
+    f"{RL}.multi_turn_enable": "multi-turn tool rollouts: not rendered yet (verl's agent loop, rollout.multi_turn)",
+    f"{RL}.partial_rollout_max_split": "partial rollouts: not rendered yet",
+    f"{RL}.reward_resource": "a reward model: not rendered yet (verl's reward.reward_model)",
+}  # fmt: skip
 
 
 def classify(name: str) -> KeyClass:
@@ -131,7 +160,7 @@ def classify(name: str) -> KeyClass:
         return KeyClass(name, Kind.NO_EFFECT, entry.reason)
     if entry.kind is Kind.APPLIED and name.count(".") == 0:  # a section or top-level choice
         return KeyClass(name, Kind.APPLIED, "the section")
-    return KeyClass(name, Kind.REFUSED, REFUSED_REASON if entry.kind is Kind.APPLIED else entry.reason)
+    return KeyClass(name, Kind.REFUSED, REFUSED.get(name, REFUSED_REASON))
 
 
 def table() -> dict[str, KeyClass]:
