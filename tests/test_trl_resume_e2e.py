@@ -1,5 +1,5 @@
 """backend: trl, crash safety with real processes: the driver's process group is SIGKILLed while real TRL
-GRPOTrainer trials run, the same command is rerun, and the study ends complete with the killed trials
+GRPOTrainer trials run, the same command is rerun, and the study ends complete (its report written) with the killed trials
 continued from their TRL ``checkpoint-N`` folders (TRL's ``resume_from_checkpoint``), nothing left RUNNING."""
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def test_a_sigkilled_driver_resumes_real_trl_trials_from_their_checkpoint(tmp_pa
     # Trial 0 was mid-run (6 iterations left); trial 1 too, unless its worker started that much earlier.
     assert 0 in killed and states(load(tmp_path)) in ({"RUNNING": 2}, {"RUNNING": 1, "COMPLETE": 1})
 
-    done = run_cli(["run", str(spec), "--quiet", "--no-report"], cwd=tmp_path, timeout=400)
+    done = run_cli(["run", str(spec), "--quiet"], cwd=tmp_path, timeout=400)  # the rerun also writes the report
     assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "reports" / "s" / "index.html").is_file()
     study = load(tmp_path)
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
