@@ -1,13 +1,15 @@
 """PBT vs the shipped default vs random search at equal compute, real runs, winners judged on unseen prompts.
 
 Three arms on the tiny CPU task (``grpo_trainer_tiny_cpu``, searching ``actor_config.lr`` and
-``rl_config.clip_ratio`` as sweeps/quickstart.yaml does, objective its AUC of held-out greedy accuracy),
+``rl_config.clip_ratio`` as sweeps/quickstart.yaml does, with its objective: held-out greedy accuracy reduced as
+it ships, the mean of the last 3 evaluations since 4fa2700, the AUC on 2026-12-05's run),
 each a real study run by the product itself (``grpo-sweep run SPEC`` as a subprocess, on a spec built from
 sweeps/quickstart.yaml and written to the work folder):
 
 - ``random``: sampler random, pruner none, ``--runs`` trials of ``--iters`` iterations;
-- ``default``: the shipped default, as sweeps/quickstart.yaml has it when the benchmark runs (TPE + Hyperband +
-  the collapse rule; 3 random start-up trials on 2026-12-05's run, 5 since);
+- ``default``: the shipped default, as sweeps/quickstart.yaml has it when the benchmark runs (2026-12-05's run:
+  TPE with 3 random start-up trials + Hyperband + the collapse rule; since 2026-12-07: TPE with 3 start-up
+  trials, no Optuna pruner, the curve-aware stopper + the collapse rule);
   the study is rerun with a larger ``--trials`` until the iterations its trials actually ran (a pruned trial:
   its last reported step) reach the same budget, runs x iters (pruned trials cost less: it gets more trials);
 - ``pbt``: ``scheduler: {kind: pbt, population: runs, interval: K, quantile: 0.25, explore: {...}}`` with

@@ -63,7 +63,7 @@ def test_the_winner_is_scored_on_the_seeds_the_search_did_not_see(table: se.Tabl
 def test_the_curve_arm_stops_the_flat_run_once_the_good_one_is_finished(table: se.Table) -> None:
     combo = next(c for c in se.COMBOS if c.label == se.DEFAULT_LABEL)
     assert combo.pruner == {"name": "none", "curve": {"min_points": 5, "bounds": [0, 1]}, "collapse": {}}
-    plain = next(c for c in se.COMBOS if c.label == "TPE (5 startup) + collapse rule")
+    plain = next(c for c in se.COMBOS if c.label == "TPE + collapse rule")
     with tempfile.TemporaryDirectory() as folder:
         spec = se.base_spec(table, Path(folder))
     assert spec.objectives[0].reduce == "mean_last_k"  # the quickstart's objective, as it ships
