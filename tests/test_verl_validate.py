@@ -127,3 +127,42 @@ def test_preflight_without_verl_in_the_spec_never_imports_it():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_the_spec_verl_section_configures_the_backend_and_its_overrides_meet_verl(tmp_path):
+    spec_path = tmp_path / "v.yaml"
+    spec_path.write_text(
+        "study: v\nbase: grpo_trainer_tiny_cpu\nbackend: verl\n"
+        "search: {rl_config.clip_ratio: choice(0.2)}\nobjective: grpo/score/mean\n"
+        "verl: {python: /opt/verl/bin/python, address: 'http://head:8265', gpus_per_node: 4, env: {A: 1},\n"
+        "       overrides: [actor_rollout_ref.actor.clip_ratoi=0.1]}\n"
+    )
+    backend = load_backend(load_spec(spec_path))
+    assert isinstance(backend, VerlBackend)
+    assert (backend.python, backend.address, backend.gpus_per_node, backend.env) == (
+        "/opt/verl/bin/python", "http://head:8265", 4, {"A": "1"},
+    )  # fmt: skip
+    # verl.overrides go through verl's own composition with the trial's: a key verl does not have is refused
+    (line,) = backend.check(load_config(TINY, []))
+    assert "actor_rollout_ref.actor.clip_ratoi" in line
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        ("backend: embedded\nverl: {gpus_per_node: 4}", "verl.gpus_per_node: only backend verl reads verl: (backend is embedded)"),
+        ("backend: verl\nverl: {overrides: [trainer.total_epochs]}", "verl.overrides: trainer.total_epochs: not a Hydra override"),
+        ("backend: verl\nverl: {gpus_per_node: 0}", "verl.gpus_per_node"),
+    ],
+)
+def test_a_wrong_verl_setting_is_one_line_naming_it(tmp_path, section, said):
+    spec_path = tmp_path / "v.yaml"
+    spec_path.write_text(
+        f"study: v\nbase: grpo_trainer_tiny_cpu\n{section}\n"
+        "search: {rl_config.clip_ratio: choice(0.2)}\nobjective: grpo/score/mean\n"
+    )
+    from grpo.errors import UserError
+
+    with pytest.raises(UserError) as err:
+        load_spec(spec_path)
+    assert str(err.value).startswith(str(spec_path)) and said in str(err.value)

@@ -218,6 +218,7 @@ def load_spec(
     if spec.transfer is not None:
         problems += _transfer_problems(spec, source)
     problems += spec.trl.problems(spec.backend, source, spec_path.parent)
+    problems += spec.verl.problems(spec.backend, source)
     if problems or base is None or space is None:
         raise UserError(problems[0], problems=problems)
     located = spec.located(spec_path, base, warnings=[])

@@ -268,6 +268,37 @@ class MindSpeedSpec(_Strict):
         return self.model_copy(update={"path": str(checkout) if checkout else None})
 
 
+class VerlSpec(_Strict):
+    """How backend verl launches a trial (docs/backend_verl.md): each trial is a Ray job running ``python -m
+    module`` (verl's ``main_ppo``) with the trial's overrides, submitted to the Jobs API at ``address`` (default: the
+    dashboard of the cluster the trial's worker is in). ``overrides`` are verl-native overrides every trial gets
+    last (a reward function, a rollout setting MindSpeed-RL has no key for); preflight validates them with the
+    rest. A run that logs nothing for ``stall_timeout`` s is treated as stalled."""
+
+    python: str | None = Field(None, min_length=1)  # the job's interpreter (a verl environment); default: this one
+    module: str = Field("verl.trainer.main_ppo", min_length=1)
+    address: str | None = Field(None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    gpus_per_node: int = Field(8, ge=1)
+    stall_timeout: float = Field(3600, gt=0)
+    overrides: list[str] = Field(default_factory=list)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_as_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: v if isinstance(v, str) or v is None else str(v) for k, v in value.items()}
+        return value
+
+    def problems(self, backend: str, source: str) -> list[str]:
+        """One line when a ``verl:`` setting is given to another backend (``load_spec`` calls it)."""
+        if backend != "verl" and self.model_fields_set:
+            key = sorted(self.model_fields_set)[0]
+            return [f"{source}: verl.{key}: only backend verl reads verl: (backend is {backend})"]
+        bad = [o for o in self.overrides if "=" not in o.lstrip("+~")]
+        return [f"{source}: verl.overrides: {bad[0]}: not a Hydra override key=value"] if bad else []
+
+
 class TrlSpec(_Strict):
     """How backend trl runs a trial (docs/backend_trl.md): ``launcher: worker`` trains in the trial's Ray worker;
     ``accelerate`` runs ``accelerate launch [--config_file F] --num_processes N [extra_args] -m
@@ -400,6 +431,7 @@ class SweepSpec(_Strict):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     mindspeed: MindSpeedSpec = Field(default_factory=MindSpeedSpec)
     trl: TrlSpec = Field(default_factory=TrlSpec)
+    verl: VerlSpec = Field(default_factory=VerlSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
     # Known-good points tried first ({searched key: value}; grpo/sweep/spec/start_points.py), checked at load.
     start_points: list[dict[str, Any]] = Field(default_factory=list)

@@ -87,7 +87,17 @@ class VerlBackend(TrialBackend):
 
     @classmethod
     def from_spec(cls, spec: Any) -> VerlBackend:
-        return cls(source=spec.source)
+        v = spec.verl  # the spec's verl: section (grpo.sweep.spec.models.VerlSpec)
+        return cls(
+            source=spec.source,
+            python=v.python,
+            module=v.module,
+            address=v.address,
+            env=v.env,
+            gpus_per_node=v.gpus_per_node,
+            stall_timeout=v.stall_timeout,
+            extra_overrides=v.overrides,
+        )
 
     def resources(self, cfg: GRPOConfig) -> RayOptions:
         """One CPU, no GPU: the job's own placement groups take the trial's GPUs (ray#47439)."""
