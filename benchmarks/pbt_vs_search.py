@@ -7,9 +7,10 @@ each a real study run by the product itself (``grpo-sweep run SPEC`` as a subpro
 sweeps/quickstart.yaml and written to the work folder):
 
 - ``random``: sampler random, pruner none, ``--runs`` trials of ``--iters`` iterations;
-- ``default``: the shipped default, as sweeps/quickstart.yaml has it when the benchmark runs (2026-12-05's run:
-  TPE with 3 random start-up trials + Hyperband + the collapse rule; since 2026-12-07: TPE with 3 start-up
-  trials, no Optuna pruner, the curve-aware stopper + the collapse rule);
+- ``default``: the shipped default, benchmarks/search_efficiency.py's ``DEFAULT_LABEL`` arm (2026-12-05's run:
+  TPE with 3 random start-up trials + Hyperband + the collapse rule, then sweeps/quickstart.yaml's; since
+  2026-12-07: TPE with 3 start-up trials + the median pruner from iteration 30 + the collapse rule, as
+  sweeps/kl_study.yaml and sampling_study.yaml ship it);
   the study is rerun with a larger ``--trials`` until the iterations its trials actually ran (a pruned trial:
   its last reported step) reach the same budget, runs x iters (pruned trials cost less: it gets more trials);
 - ``pbt``: ``scheduler: {kind: pbt, population: runs, interval: K, quantile: 0.25, explore: {...}}`` with
@@ -119,8 +120,13 @@ def spec_data(arm: str, search: int, st: Settings, work: Path) -> dict[str, Any]
         data["sampler"] = {"name": "random", "seed": 1000 + search}
         data["pruner"] = {"name": "none"}
         data["trials"] = st.runs
-    elif arm == "default":
-        data["pruner"] = {**data["pruner"], "warmup_steps": st.warmup}
+    elif arm == "default":  # search_efficiency's shipped-default arm (kl_study's and sampling_study's search)
+        sys.path.insert(0, str(HERE))
+        import search_efficiency as se
+
+        combo = next(c for c in se.COMBOS if c.label == se.DEFAULT_LABEL)
+        data["sampler"] = {**combo.sampler, "seed": 1000 + search}
+        data["pruner"] = {**combo.pruner, **({"collapse": collapse} if "collapse" in combo.pruner else {})}
         data["trials"] = st.runs  # raised until the budget is spent (run_default)
     else:
         data["sampler"] = {"name": "random", "seed": 1000 + search}
@@ -412,7 +418,7 @@ def table_compute_fraction(table: Path, replays: int, jobs: int) -> dict[str, An
     sys.path.insert(0, str(HERE))
     import search_efficiency as se
 
-    labels = ("random", se.DEFAULT_LABEL)  # the arm that is sweeps/quickstart.yaml's search as it ships
+    labels = ("random", se.DEFAULT_LABEL)  # the shipped default's arm (the "default" arm's search)
     index = {c.label: i for i, c in enumerate(se.COMBOS)}
     t = se.load_table(table)
     horizon = 24 * t.iters

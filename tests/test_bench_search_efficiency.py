@@ -61,7 +61,7 @@ def test_the_winner_is_scored_on_the_seeds_the_search_did_not_see(table: se.Tabl
 
 
 def test_the_curve_arm_stops_the_flat_run_once_the_good_one_is_finished(table: se.Table) -> None:
-    combo = next(c for c in se.COMBOS if c.label == se.DEFAULT_LABEL)
+    combo = next(c for c in se.COMBOS if c.label == "TPE + curve + collapse rule")
     assert combo.pruner == {"name": "none", "curve": {"min_points": 5, "bounds": [0, 1]}, "collapse": {}}
     plain = next(c for c in se.COMBOS if c.label == "TPE + collapse rule")
     with tempfile.TemporaryDirectory() as folder:
