@@ -21,5 +21,9 @@ class StandinVerlBackend(VerlBackend):
         }
         super().__init__(source=source, module="standin_main_ppo", env=env, poll_s=0.2)
 
+    @classmethod
+    def from_spec(cls, spec):  # the stand-in's own launch settings, not the spec's verl: section
+        return cls(source=spec.source)
+
     def launch_warnings(self, cfg):  # the stand-in needs no model or data
         return []
