@@ -12,7 +12,16 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from grpo.sweep.spec.address import parse as parse_address
 from grpo.sweep.spec.objectives import DEFAULT_K, CurveReducer, get_reducer
@@ -210,6 +219,16 @@ class TrackingSpec(_Strict):
         return value
 
 
+def _env_as_text(value: Any) -> Any:
+    """Environment variables' values as strings (a YAML ``1`` or ``true`` is what a process sees as text)."""
+    if isinstance(value, dict):
+        return {k: v if isinstance(v, str) or v is None else str(v) for k, v in value.items()}
+    return value
+
+
+EnvVars = Annotated[dict[str, str], BeforeValidator(_env_as_text)]  # mindspeed.env, verl.env
+
+
 class MindSpeedSpec(_Strict):
     """How the mindspeed backend launches MindSpeed-RL (ignored by the embedded backend).
 
@@ -222,18 +241,11 @@ class MindSpeedSpec(_Strict):
     path: str | None = None
     python: str = Field(default_factory=lambda: sys.executable)
     entry: str = "cli/train_grpo.py"
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     stall_timeout: float = Field(1800, gt=0)
     kill_grace: float = Field(30, ge=0)
     checkpoints: dict[str, str] = Field(default_factory=dict)
     ref_model_load_path: str | None = None
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_as_text(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: v if isinstance(v, str) or v is None else str(v) for k, v in value.items()}
-        return value
 
     @field_validator("path", "checkpoints", "ref_model_load_path", "python", mode="before")
     @classmethod
@@ -278,17 +290,10 @@ class VerlSpec(_Strict):
     python: str | None = Field(None, min_length=1)  # the job's interpreter (a verl environment); default: this one
     module: str = Field("verl.trainer.main_ppo", min_length=1)
     address: str | None = Field(None, min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     gpus_per_node: int = Field(8, ge=1)
     stall_timeout: float = Field(3600, gt=0)
     overrides: list[str] = Field(default_factory=list)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_as_text(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: v if isinstance(v, str) or v is None else str(v) for k, v in value.items()}
-        return value
 
     def problems(self, backend: str, source: str) -> list[str]:
         """One line when a ``verl:`` setting is given to another backend (``load_spec`` calls it)."""
