@@ -108,7 +108,8 @@ def spec_data(arm: str, search: int, st: Settings, work: Path) -> dict[str, Any]
         concurrency=st.concurrency,
         seeds=1,
         retries=1,
-        timeout_per_trial=1200,
+        # Generous: the benchmark runs niced beside other work, and a starved trial must not time out.
+        timeout_per_trial=4 * 3600,
         keep_final_checkpoints="none",  # the winner is retrained from its config for judging
         cluster={"address": "local", "num_cpus": st.concurrency},
         tracking={"wandb": "off", "tensorboard": False, "swanlab": "off"},

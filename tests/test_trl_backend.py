@@ -48,11 +48,11 @@ def test_batch_units_convert_prompts_to_completions_and_trl_accepts_the_config(t
 
 
 def test_every_key_is_classified_and_the_doc_is_current():
-    table = coverage.table()
+    table = coverage.KEYS.table()
     assert set(table) == set(TABLE)  # the engine's table holds every manifest and schema key
     doc = (REPO / "docs" / "backend_trl.md").read_text()
     run = "run: python -m grpo.sweep.backends.trl.coverage --write docs/backend_trl.md"
-    assert doc.endswith(coverage.key_table()) and doc.count(coverage.TABLE_HEADING) == 1, run
+    assert doc.endswith(coverage.KEYS.key_table()) and doc.count(coverage.KEYS.heading) == 1, run
 
 
 def test_refused_keys_are_one_line_naming_key_and_backend():

@@ -140,7 +140,7 @@ class TrlBackend(TrialBackend):
         return options
 
     def check(self, cfg: GRPOConfig) -> list[str]:
-        problems = coverage.refusals(cfg, cfg._source)
+        problems = coverage.KEYS.refusals(cfg, cfg._source)
         try:
             grpo_config_kwargs(cfg)
             batch_plan(cfg)
@@ -161,7 +161,7 @@ class TrlBackend(TrialBackend):
         return []
 
     def check_search(self, keys: list[str], source: str) -> list[str]:
-        return coverage.searched_problems(keys, source)
+        return coverage.KEYS.searched_problems(keys, source)
 
     def branch_problems(self, cfg: GRPOConfig) -> list[str]:
         """A pbt branch resumes from its parent's checkpoint-N with the parent's scheduler state, so only a

@@ -105,7 +105,7 @@ class VerlBackend(TrialBackend):
 
     # ------------------------------------------------------------------ checks
     def check(self, cfg: GRPOConfig) -> list[str]:
-        problems = coverage.refusals(cfg, cfg._source)
+        problems = coverage.KEYS.refusals(cfg, cfg._source)
         if cfg.engine.exit_interval:
             problems += self.branch_problems(cfg)
         if problems:
@@ -127,7 +127,7 @@ class VerlBackend(TrialBackend):
         return []
 
     def check_search(self, keys: list[str], source: str) -> list[str]:
-        return coverage.searched_problems(keys, source)
+        return coverage.KEYS.searched_problems(keys, source)
 
     def branch_problems(self, cfg: GRPOConfig) -> list[str]:
         """A pbt segment is a verl run cut at the segment's end (``total_training_steps``), so its lr schedule would
