@@ -5,6 +5,8 @@ Optuna's public API covers what a driver does with the trials it asked itself. T
 - ``storage_of(study)``: the study's storage (``Study._storage``). Optuna offers no public getter; the
   storage object is what the study store writes through (its ``BaseStorage`` methods are public) and what
   the report's frozen study view (grpo.report._snapshot) is built on.
+- ``enqueued_params(trial)``: the parameters an enqueued trial was given (the ``fixed_params`` system attr), which
+  it holds before they are suggested: a retry of a trial killed in that window keeps them.
 - ``append_user_attrs``: a trial's user attrs written to a journal as one append (one lock, one fsync)
   instead of one each: the records ``JournalStorage.set_trial_user_attr`` appends
   (optuna/storages/journal/_storage.py, 5.1: one ``SET_TRIAL_USER_ATTR`` record per key, then a sync that
@@ -25,6 +27,7 @@ from typing import Any
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage, JournalStorage
+from optuna.trial import FrozenTrial
 
 TESTED_MAJOR = 5  # pyproject: optuna>=5,<6; the internals below as in Optuna 5.1
 
@@ -88,6 +91,19 @@ def _sync_own_records(storage: JournalStorage, count: int) -> None:
         storage._sync_with_backend()
     if refused is not None:
         raise refused
+
+
+def enqueued_params(trial: FrozenTrial) -> dict[str, Any]:
+    """The parameters ``trial`` was enqueued with, {} for a sampled one. ``Study.enqueue_trial`` keeps them in the
+    ``fixed_params`` system attr (optuna/study/study.py) and each lands in ``trial.params`` only when suggested, so a
+    trial whose driver died between the ask and the suggest has them there alone (Optuna's own duplicate check in
+    ``enqueue_trial`` reads ``system_attrs.get("fixed_params", trial.params)`` the same way)."""
+    return dict(trial.system_attrs.get("fixed_params") or {})
+
+
+def planned_params(trial: FrozenTrial) -> dict[str, Any]:
+    """What ``trial`` runs: its enqueued parameters, with whatever was already suggested."""
+    return {**enqueued_params(trial), **trial.params}
 
 
 def refresh_cached_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import SearchSpace
 from grpo.sweep.study import lease
 from grpo.sweep.study.repeats import answer_repeat
-from grpo.sweep.study.retry import holds_budget
+from grpo.sweep.study.retry import holds_budget, queued_retry_of
 from grpo.sweep.study.store import StudyStore
 from grpo.trial_attrs import (
     ATTEMPT,
@@ -134,10 +134,11 @@ class Asker:
 
     # -- the steps of an ask --------------------------------------------------------------------------
     def _repeat(self, trial: optuna.Trial, params: dict[str, Any]) -> Skipped | None:
-        """Never rerun a point: a repeat is told the earlier trial's result (retries and confirmations rerun
-        on purpose)."""
+        """Never rerun a point: a repeat is told the earlier trial's result (confirmations rerun on purpose). A
+        retry is checked too: its own earlier attempts hold no budget, but another lineage may hold its point
+        (a proposal admitted while the retry waited: the point would run twice)."""
         attrs = trial.user_attrs
-        if attrs.get(RETRY_OF) is not None or attrs.get(CONFIRMATION_OF) is not None or PBT_GENERATION in attrs:
+        if attrs.get(CONFIRMATION_OF) is not None or PBT_GENERATION in attrs:
             return None  # a pbt segment continues a lineage: its parent's parameters are its own on purpose
         earlier = self._ran_before(params, trial.number)
         if earlier is None:
@@ -268,9 +269,11 @@ class Asker:
         return ahead < self.spec.trials
 
     def _ran_before(self, params: dict[str, Any], number: int) -> FrozenTrial | None:
-        """The trial that ran (or runs) these very parameters, if any."""
+        """The trial that ran, runs or waits to run again (a queued retry) these very parameters, if any."""
         for t in self.view.all():
-            if t.number != number and t.params == params and holds_budget(t):
+            if t.number == number:
+                continue
+            if (t.params == params and holds_budget(t)) or queued_retry_of(t, params):
                 return t
         return None
 

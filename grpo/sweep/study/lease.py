@@ -22,9 +22,10 @@ from typing import TypedDict
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo._fs import pid_alive
+from grpo._optuna_private import enqueued_params
 from grpo.sweep.study.retry import fail_and_maybe_retry
 from grpo.sweep.study.store import StudyStore
-from grpo.trial_attrs import DRIVER, HEARTBEAT
+from grpo.trial_attrs import DRIVER, FAILURE_REASON, GAVE_UP, HEARTBEAT, RETRIED, TRIAL_DIR
 
 HEARTBEAT_EVERY_S = 10.0
 STALE_AFTER_S = 60.0
@@ -63,6 +64,14 @@ def reap(store: StudyStore, me: DriverIdentity, retries: int, stale_after: float
         why = is_dead(trial, now, me, stale_after)
         if why is None:
             continue
-        fail_and_maybe_retry(store, trial, f"driver died: {why}", retries, resumable=True, count_attempt=False)
+        admitted = trial.user_attrs.get(TRIAL_DIR) is not None  # the driver got past the ask (admit._build)
+        if not admitted and not enqueued_params(trial):
+            # A sampled point its driver died with before admitting it: nothing ran, so no retry and no budget
+            # (a retry of it would run its point beside a later proposal of the same point: run twice).
+            store.fail(trial, {FAILURE_REASON: f"driver died before the trial was admitted ({why}): nothing ran",
+                               RETRIED: False, GAVE_UP: False})  # fmt: skip
+        else:
+            fail_and_maybe_retry(store, trial, f"driver died: {why}", retries, resumable=True, count_attempt=False,
+                                 launched=admitted)  # fmt: skip
         reaped.append(trial.number)
     return reaped

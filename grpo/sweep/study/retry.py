@@ -7,6 +7,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo._optuna_private import planned_params
 from grpo.report.best import is_repeat
 from grpo.sweep.study.store import StudyStore
 from grpo.trial_attrs import (
@@ -77,6 +78,15 @@ def fail_and_maybe_retry(
                     retry_attrs[key] = trial.user_attrs[key]
         store.enqueue_retry(trial, retry_attrs)
     return retry
+
+
+def queued_retry_of(trial: FrozenTrial, params: dict[str, Any]) -> bool:
+    """``trial`` is a retry waiting to run ``params`` (enqueued: its parameters are not suggested yet)."""
+    return (
+        trial.state == TrialState.WAITING
+        and trial.user_attrs.get(RETRY_OF) is not None
+        and (planned_params(trial) == params)
+    )
 
 
 def is_confirmation(trial: FrozenTrial) -> bool:

@@ -30,7 +30,7 @@ from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
 
-from grpo._optuna_private import append_user_attrs, batch_supported, refresh_cached_attrs, storage_of
+from grpo._optuna_private import append_user_attrs, batch_supported, planned_params, refresh_cached_attrs, storage_of
 from grpo.errors import UserError, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import parse_expression
@@ -394,7 +394,8 @@ class StudyStore:
         ``study.enqueue_trial`` keeps samplers right (GridSampler skips enqueued points); Optuna's retry
         lineage attrs are added when the retry is asked (``record_retry_lineage``).
         """
-        self.study.enqueue_trial(dict(trial.params), user_attrs=user_attrs, skip_if_exists=False)
+        # planned_params: a trial killed between its ask and its suggest holds its point in fixed_params alone
+        self.study.enqueue_trial(planned_params(trial), user_attrs=user_attrs, skip_if_exists=False)
 
     def enqueue_segment(self, params: dict[str, Any] | None, user_attrs: dict[str, Any]) -> None:
         """Enqueue a pbt segment: a branch's parameters (fixed), or none for generation 0 (the sampler's)."""
