@@ -1,7 +1,7 @@
 """The part of a backend's key table every backend shares: each engine table key (grpo/engine/coverage.py)
 classified once by the backend's own ``classify``, then the doc table, the one-line refusals of a config and
 the warnings for a searched key that backend cannot vary. trl/coverage.py and verl/coverage.py hold only what
-differs: how each key is applied there, or why not. No engine import here (the driver imports it)."""
+differs: how each key is applied there, or why not. No torch, trl or verl import here (the driver imports it)."""
 
 from __future__ import annotations
 
@@ -34,12 +34,16 @@ class BackendKeys:
     run: str  # what one trial is, for the no-effect warning: "a TRL run"
     classify: Callable[[str], KeyClass]
     values: Mapping[str, tuple[object, ...]]  # keys applied with only these values
-    doc: str  # the doc the table ends, relative to the repository root
     intro: str  # the sentence after "Every MindSpeed-RL and schema key (docs/keys.md) is applied (...)"
 
     @property
     def heading(self) -> str:
         return f"## Keys under `backend: {self.backend}`"
+
+    @property
+    def doc(self) -> str:
+        """The doc the table ends, relative to the repository root."""
+        return f"docs/backend_{self.backend}.md"
 
     @property
     def module(self) -> str:

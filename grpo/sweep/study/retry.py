@@ -82,11 +82,8 @@ def fail_and_maybe_retry(
 
 def queued_retry_of(trial: FrozenTrial, params: dict[str, Any]) -> bool:
     """``trial`` is a retry waiting to run ``params`` (enqueued: its parameters are not suggested yet)."""
-    return (
-        trial.state == TrialState.WAITING
-        and trial.user_attrs.get(RETRY_OF) is not None
-        and (planned_params(trial) == params)
-    )
+    waiting = trial.state == TrialState.WAITING and trial.user_attrs.get(RETRY_OF) is not None
+    return waiting and planned_params(trial) == params
 
 
 def is_confirmation(trial: FrozenTrial) -> bool:

@@ -121,7 +121,6 @@ KEYS = BackendKeys(
     run="a TRL run",
     classify=classify,
     values=VALUES,
-    doc="docs/backend_trl.md",
     intro="rendered into TRL's `GRPOConfig`",
 )
 

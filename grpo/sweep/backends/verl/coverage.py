@@ -163,7 +163,6 @@ KEYS = BackendKeys(
     run="a verl run",
     classify=classify,
     values=VALUES,
-    doc="docs/backend_verl.md",
     intro="rendered as an override over verl's `ppo_trainer`",
 )
 
