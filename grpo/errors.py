@@ -168,3 +168,21 @@ def validation_lines(
         if line not in lines:
             lines.append(line)
     return lines
+
+
+USER_CODE_FAILED = "user code failed"
+
+
+class UserCodeError(Exception):
+    """A user's own code (a reward function) raised, or returned what is not a score, inside a trial. The trial
+    fails with this one line and is not retried: the same code on the same data fails again
+    (``is_user_code_failure`` finds the line in a failure's reason or log)."""
+
+    def __init__(self, message: str):
+        super().__init__(f"{USER_CODE_FAILED}: {message}")
+
+
+def is_user_code_failure(reason: str, log_lines: Iterable[str] = ()) -> bool:
+    """The failure came from a user's own code (``UserCodeError``): retrying would fail the same way."""
+    marker = f"{USER_CODE_FAILED}: "
+    return marker in reason or any(marker in line for line in log_lines)

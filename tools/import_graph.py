@@ -12,6 +12,7 @@ packages:
     grpo.errors, grpo._fs,         the bottom: no grpo imports
     grpo.trial_attrs, grpo._optuna_private
     grpo._yaml                     the guarded YAML loader (imports grpo.errors only)
+    grpo._imports                  a user's object by reference, file.py:fn or pkg.mod:fn (grpo.errors only)
     grpo.config                    schema, composition, rules
     grpo.engine, grpo.plan         the trainer; the memory planner (a leaf: estimate(cfg))
     grpo.report                    reads study storage and trial dirs only (no config composition)
@@ -39,8 +40,9 @@ ALLOWED: dict[str, set[str]] = {
     "grpo.trial_attrs": set(),  # the trial attr keys the sweep writes and the report reads
     "grpo._optuna_private": set(),  # Optuna's internals, behind a version guard
     "grpo._yaml": {"grpo.errors"},  # the guarded YAML loader, under everything that reads a user's YAML
+    "grpo._imports": {"grpo.errors"},  # a user's object by reference (file.py:fn, pkg.mod:fn): reward functions
     "grpo.config": {"grpo.errors", "grpo._fs", "grpo._yaml"},
-    "grpo.engine": {"grpo.config", "grpo.errors", "grpo._fs", "grpo._yaml"},
+    "grpo.engine": {"grpo.config", "grpo.errors", "grpo._fs", "grpo._yaml", "grpo._imports"},
     "grpo.plan": {"grpo.config", "grpo.errors"},
     "grpo.report": {"grpo.errors", "grpo._fs", "grpo._yaml", "grpo.trial_attrs", "grpo._optuna_private"},
     "grpo.sweep": set(),  # its __init__ is empty: the groups below are the packages
@@ -57,7 +59,7 @@ SWEEP_GROUPS: dict[str, set[str]] = {
     "grpo.sweep.commands": {"grpo.config", "grpo.plan", "grpo.report", "grpo.errors", "grpo._fs"},
 }
 for _i, (_group, _beside) in enumerate(SWEEP_GROUPS.items()):
-    ALLOWED[_group] = _beside | {"grpo.trial_attrs", "grpo._yaml"} | set(list(SWEEP_GROUPS)[:_i])
+    ALLOWED[_group] = _beside | {"grpo.trial_attrs", "grpo._yaml", "grpo._imports"} | set(list(SWEEP_GROUPS)[:_i])
 
 
 def module_name(path: Path, root: Path) -> str:

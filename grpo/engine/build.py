@@ -16,6 +16,7 @@ from grpo.engine import data as data_mod
 from grpo.engine import lora as lora_mod
 from grpo.engine.hf_checkpoint import check_arch, load_weights, read_model_args
 from grpo.engine.model import ModelArgs, Qwen2
+from grpo.engine.prompt import build_prompt
 from grpo.engine.tokenizer import Tokenizer, build_task_tokenizer, load_tokenizer
 from grpo.engine.warm_start import default_cache_dir, warm_started_policy
 from grpo.errors import UserError
@@ -54,17 +55,15 @@ def prompts(
     """Training and held-out examples (those within ``max_prompt_length``), every prompt's token ids, and the
     longest kept prompt's length."""
     mt, eng = cfg.megatron_training, cfg.engine
-    if eng.task == "dataset":
-        examples = data_mod.read_dataset(mt.data_path)
-        train, held_out = data_mod.split_by_percent(examples, mt.split)
+    train, held_out = data_mod.train_and_eval_examples(cfg, run_dir)
+    if eng.task != "dataset":
+        log.info(
+            f"task {eng.task}: {len(train)} prompts written to {data_mod.generated_data_file(mt.data_path, run_dir)}"
+        )
     else:
-        task = data_mod.get_task(eng.task)
-        train, held_out = task.split(eng.task_size, eng.eval_size if eng.eval_every else 0, eng.task_seed)
-        path = data_mod.generated_data_file(mt.data_path, run_dir)
-        data_mod.write_jsonl(train, path)
-        log.info(f"task {eng.task}: {len(train)} prompts written to {path}")
+        log.info(f"dataset {mt.data_path}: {len(train)} training prompts, {len(held_out)} held out")
     limit = cfg.rl_config.max_prompt_length
-    prompt_ids = {e.prompt: tokenizer.encode(tokenizer.chat_prompt(e.prompt)) for e in train + held_out}
+    prompt_ids = {e.prompt: tokenizer.encode(build_prompt(tokenizer, e)) for e in train + held_out}
     kept = [e for e in train if len(prompt_ids[e.prompt]) <= limit]
     if len(kept) < len(train):
         log.warning(f"{len(train) - len(kept)} prompts longer than rl_config.max_prompt_length={limit} dropped")

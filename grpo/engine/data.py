@@ -1,8 +1,8 @@
-"""Prompts and labels: the generated verifiable task, user jsonl/parquet datasets, and the data order.
+"""Prompts and labels: the generated verifiable task, user datasets, the held-out rows, and the data order.
 
-A dataset is a list of ``Example(prompt, label)``; on disk it is MindSpeed-style jsonl, one
-``{"prompt": ..., "label": ...}`` object per line (``labels`` and ``answer`` are accepted for the label,
-``problem`` and ``question`` for the prompt; parquet files use the same columns).
+A dataset is a list of ``Example(prompt, label, messages, extra)``; the formats a file may hold (MindSpeed jsonl,
+GSM8K, MATH, verl parquet, TRL records, a field map) are read by ``grpo.engine.datasets``.
+``train_and_eval_examples(cfg, run_dir)`` is the one place every backend gets its training and held-out rows.
 
 ``engine.task`` picks where the data comes from:
 
@@ -13,7 +13,8 @@ A dataset is a list of ``Example(prompt, label)``; on disk it is MindSpeed-style
   (``<data_path>.jsonl``, or the path itself when it ends in ``.jsonl``; a relative path lands inside the
   run directory so parallel trials never share one file).
 - ``dataset``: read ``megatron_training.data_path`` (a file, a folder of ``*.jsonl``/``*.parquet``, or a
-  MindSpeed prefix with ``.jsonl``/``.parquet`` appended; relative to the working directory).
+  MindSpeed prefix with ``.jsonl``/``.parquet`` appended; relative to the working directory). The held-out rows
+  are ``engine.eval_data_path`` when set (same formats), else the ``split``'s validation part.
 
 The order of prompts is a fresh seeded permutation per pass over the data (``no_shuffle`` keeps file
 order), a pure function of (seed, samples consumed): resuming at an iteration reproduces the batches.
@@ -23,22 +24,19 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from grpo._fs import atomic_write_text
+from grpo.engine.datasets import Example, read_examples
 from grpo.errors import UserError
 
-PROMPT_KEYS = ("prompt", "problem", "question")
-LABEL_KEYS = ("label", "labels", "answer")
+if TYPE_CHECKING:
+    from grpo.config import GRPOConfig
 
-
-@dataclass(frozen=True)
-class Example:
-    prompt: str
-    label: str
+__all__ = ["ArithmeticTask", "Example", "get_task", "read_examples", "train_and_eval_examples"]
 
 
 # ------------------------------------------------------------------------------ the generated task
@@ -120,92 +118,36 @@ def write_jsonl(examples: list[Example], path: Path) -> None:
     atomic_write_text(path, "".join(json.dumps({"prompt": e.prompt, "label": e.label}) + "\n" for e in examples))
 
 
-def _dataset_files(data_path: str) -> list[Path]:
-    path = Path(data_path).expanduser()
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = sorted([*path.glob("*.jsonl"), *path.glob("*.parquet"), *path.glob("*.json")])
-        if files:
-            return files
-        raise UserError(f"{path}: megatron_training.data_path: folder has no *.jsonl, *.parquet or *.json file")
-    for suffix in (".jsonl", ".parquet", ".json"):
-        candidate = path.with_name(path.name + suffix)
-        if candidate.is_file():
-            return [candidate]
-    raise UserError(
-        f"{path}: megatron_training.data_path: no such dataset (also looked for {path.name}.jsonl, "
-        f"{path.name}.parquet, {path.name}.json)"
-    )
-
-
-def _pick(record: dict, keys: tuple[str, ...], file: Path, where: str, what: str) -> str:
-    for k in keys:
-        if k in record and record[k] is not None:
-            value = record[k]
-            if isinstance(value, list):  # MindSpeed's labels may be a one-element list
-                value = value[0] if value else ""
-            return str(value)
-    raise UserError(
-        f"{file}:{where}: megatron_training.data_path: record has no {what} field (expected one of {', '.join(keys)})"
-    )
-
-
-def read_dataset(data_path: str) -> list[Example]:
-    """Every example of a user dataset; UserError naming the file for any problem."""
-    out: list[Example] = []
-    for file in _dataset_files(data_path):
-        if file.suffix == ".parquet":
-            import pandas as pd
-
-            try:
-                records = pd.read_parquet(file).to_dict("records")
-            except Exception as err:  # pyarrow raises several types for a bad file
-                raise UserError(f"{file}: megatron_training.data_path: cannot read parquet ({err})") from None
-            rows = [(f"row {i + 1}", r) for i, r in enumerate(records)]
-        else:
-            rows = []
-            text = file.read_text()
-            if file.suffix == ".json" and text.lstrip().startswith("["):
-                try:
-                    rows = [(f"item {i + 1}", r) for i, r in enumerate(json.loads(text))]
-                except json.JSONDecodeError as err:
-                    raise UserError(
-                        f"{file}:{err.lineno}: megatron_training.data_path: invalid JSON ({err.msg})"
-                    ) from None
-            else:
-                for n, line in enumerate(text.splitlines(), 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rows.append((str(n), json.loads(line)))
-                    except json.JSONDecodeError as err:
-                        raise UserError(
-                            f"{file}:{n}: megatron_training.data_path: invalid JSON line ({err.msg})"
-                        ) from None
-        for where, record in rows:
-            if not isinstance(record, dict):
-                raise UserError(f"{file}:{where}: megatron_training.data_path: each record must be an object")
-            out.append(
-                Example(
-                    _pick(record, PROMPT_KEYS, file, where, "prompt"), _pick(record, LABEL_KEYS, file, where, "label")
-                )
-            )
-    if not out:
-        raise UserError(f"{data_path}: megatron_training.data_path: the dataset is empty")
-    return out
-
-
 def split_by_percent(examples: list[Example], split: str) -> tuple[list[Example], list[Example]]:
     """MindSpeed's ``split: train,valid,test`` percentages; the valid part becomes the evaluation set."""
     try:
         parts = [float(x) for x in split.split(",")]
     except ValueError:
-        raise UserError(f"megatron_training.split: expected three numbers like 100,0,0 (got {split!r})") from None
+        raise UserError(
+            f"megatron_training.split: expected three numbers like 100,0,0 (got {split!r}); on the command line "
+            f"write it quoted: 'megatron_training.split=\"80,20,0\"'"
+        ) from None
     total = sum(parts) or 1.0
     n_train = max(1, round(len(examples) * parts[0] / total))
     n_valid = round(len(examples) * (parts[1] if len(parts) > 1 else 0) / total)
     return examples[:n_train], examples[n_train : n_train + n_valid]
+
+
+def train_and_eval_examples(cfg: GRPOConfig, run_dir: Path) -> tuple[list[Example], list[Example]]:
+    """The training rows and the held-out rows of a run, for every backend: a dataset (``engine.task=dataset``)
+    with ``engine.eval_data_path`` or the ``split``'s validation part held out, or the generated task (its
+    training prompts written to the data path, as MindSpeed-RL reads them)."""
+    mt, eng = cfg.megatron_training, cfg.engine
+    if eng.task == "dataset":
+        examples = read_examples(mt.data_path, fields=eng.data_fields, key="megatron_training.data_path")
+        train, held_out = split_by_percent(examples, mt.split)
+        if eng.eval_data_path:
+            held_out = read_examples(eng.eval_data_path, fields=eng.data_fields, key="engine.eval_data_path")
+        return train, held_out
+    task = get_task(eng.task)
+    train, held_out = task.split(eng.task_size, eng.eval_size if eng.eval_every else 0, eng.task_seed)
+    write_jsonl(train, generated_data_file(mt.data_path, run_dir))
+    return train, held_out
 
 
 # ------------------------------------------------------------------------------- the data order

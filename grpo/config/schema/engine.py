@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from grpo.config.schema._base import Section
 
@@ -23,6 +23,20 @@ class EngineConfig(Section):
     task: Literal["arithmetic", "dataset"] = Field(
         "arithmetic",
         description="Generated verifiable task the engine trains on; dataset = read megatron_training.data_path.",
+    )
+    eval_data_path: str | None = Field(
+        None,
+        description=(
+            "Held-out dataset (jsonl, json or parquet, the formats data_path may have) scored by evaluation on every "
+            "backend (verl: data.val_files); null = the split's validation part of data_path. Needs task=dataset."
+        ),
+    )
+    data_fields: dict[str, str] | None = Field(
+        None,
+        description=(
+            "Column names of a dataset in no known format: {prompt: <column>, label: <column>} (dotted for nested "
+            "columns, e.g. reward_model.ground_truth); null = the format is detected from the first record."
+        ),
     )
     task_size: int = Field(
         4096, ge=1, description="Number of generated training prompts (4096: a 150-iteration run sees each about once)."
@@ -102,3 +116,14 @@ class EngineConfig(Section):
             "run's TensorBoard HParams; a sweep sets them, null outside one."
         ),
     )
+
+    @field_validator("data_fields")
+    @classmethod
+    def _known_fields(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None:
+            unknown = sorted(set(value) - {"prompt", "label"})
+            if unknown or "prompt" not in value:
+                raise ValueError(
+                    f"engine.data_fields: maps prompt (required) and label to column names (got keys {sorted(value)})"
+                )
+        return value

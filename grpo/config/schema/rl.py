@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AfterValidator, AliasChoices, Field, model_validator
 
 from grpo.config.schema._base import Section, with_long_tail
 
@@ -14,6 +14,26 @@ VerifierName = Literal[
     "acc", "base_acc", "math_17k_acc", "strict_format", "format", "step",
     "math_verify_reward", "acc_for_dapo", "acc_for_ppo", "retool_reward",
 ]  # fmt: skip
+
+
+def _verifier_or_user_function(value: str) -> str:
+    """A verifier name, or a user reward function: ``path/file.py:function`` or ``package.module:function``
+    (optionally ``@trl`` / ``@verl``); the function itself is imported by ``validate`` and the trial
+    (grpo.engine.rewards.custom), not here."""
+    if value in get_args(VerifierName):
+        return value
+    body, _, form = value.rpartition("@") if "@" in value else (value, "", "")
+    module, colon, name = body.rpartition(":")
+    if colon and module and name.isidentifier() and form in ("", "trl", "verl"):
+        return value
+    raise ValueError(
+        f"must be one of {', '.join(get_args(VerifierName))}, or a user function path/to/file.py:function or "
+        f"package.module:function (got {value!r})"
+    )
+
+
+# A verifier_function entry: a MindSpeed-RL verifier name or a user's own reward function.
+VerifierRef = Annotated[str, AfterValidator(_verifier_or_user_function)]
 
 
 class ResourceConfig(Section):
@@ -67,9 +87,12 @@ class _RLConfigBase(Section):
     )
     log_max_throughput: bool | None = Field(None, description="Report throughput from the slowest (max) stage time.")
     rule_reward: bool = Field(True, description="Score responses with rule-based verifiers.")
-    verifier_function: list[VerifierName] = Field(
-        default_factory=lambda: list[VerifierName](["base_acc"]),
-        description="Rule-reward functions, e.g. [acc, strict_format].",
+    verifier_function: list[VerifierRef] = Field(
+        default_factory=lambda: ["base_acc"],
+        description=(
+            "Rule-reward functions, e.g. [acc, strict_format]; an entry may be a user's own function, "
+            "path/to/file.py:function (relative to the spec's folder) or package.module:function (docs/your_run.md)."
+        ),
     )
     verifier_weight: list[float] = Field(
         default_factory=lambda: [1.0], description="Weight of each verifier_function, same length."

@@ -35,10 +35,14 @@ One module per upstream grader: ``math_eval`` (math_eval_toolkit), ``mathruler``
 the sympy child in ``_sympy`` (parent side, started on first use) and ``_sympy_child`` (loaded by path in the
 child: standard library and sympy only). Importing the package starts nothing and imports no optional package.
 Fast paths that give the full path's scores are listed in ``_fast``.
+
+A user's own reward function (``file.py:function`` in ``verifier_function``) is loaded by ``custom``; ``score``
+calls it beside the verifiers.
 """
 
 from grpo.engine.rewards._registry import VERIFIERS, Verifier, VerifierRegistry, optional_verifier, verifier
 from grpo.engine.rewards.answer import answers_equal, extract_answer, extract_boxed, is_correct
+from grpo.engine.rewards.custom import UserReward, is_user_ref, load_user_reward
 from grpo.engine.rewards.math_eval import extract_math_answer, math_equal, strip_string
 from grpo.engine.rewards.mathruler import boxed_content, grade_answer
 from grpo.engine.rewards.verifiers import (
@@ -49,6 +53,7 @@ from grpo.engine.rewards.verifiers import (
     base_acc,
     format_,
     math_17k_acc,
+    reward_means,
     score,
     step,
     strict_format,
@@ -59,6 +64,7 @@ __all__ = [
     "MATH_VERIFY_MISSING",
     "TAGS",
     "VERIFIERS",
+    "UserReward",
     "Verifier",
     "VerifierRegistry",
     "acc",
@@ -72,9 +78,12 @@ __all__ = [
     "format_",
     "grade_answer",
     "is_correct",
+    "is_user_ref",
+    "load_user_reward",
     "math_17k_acc",
     "math_equal",
     "optional_verifier",
+    "reward_means",
     "score",
     "step",
     "strict_format",

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from grpo.engine.rewards import _sympy
 from grpo.engine.rewards._registry import VERIFIERS, Verifier, optional_verifier, verifier
+from grpo.engine.rewards.custom import cached_user_reward, is_user_ref
 from grpo.engine.rewards.dapo import _minerva_normal
 from grpo.engine.rewards.math_eval import Symbolic, extract_math_answer, math_equal
 from grpo.engine.rewards.mathruler import boxed_content, grade_answer
@@ -114,25 +117,67 @@ def _math_verify_reward() -> Verifier | None:
 
 
 def score(
-    texts: list[str], labels: list[str], names: Sequence[str], weights: Sequence[float]
+    texts: list[str],
+    labels: list[str],
+    names: Sequence[str],
+    weights: Sequence[float],
+    *,
+    prompts: Sequence[Any] | None = None,
+    extras: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Total reward per response and each verifier's scores (MindSpeed-RL's ``verifier``). Every verifier's
-    sympy questions for the whole batch go to the child together (``_sympy.batched``)."""
-    unknown = [n for n in names if n not in VERIFIERS]
+    sympy questions for the whole batch go to the child together (``_sympy.batched``).
+
+    A name may be a user reward (``file.py:function``, ``custom.py``): it is called once for the batch with
+    ``prompts`` (text or chat messages) and ``extras`` (each row's dataset columns); its scores are under its
+    function's name, NaN where it returned None (left out of that response's total), and a dict's other numeric
+    keys under ``<name>/<key>``."""
+    unknown = [n for n in names if n not in VERIFIERS and not is_user_ref(n)]
     if unknown:  # the schema rejects these first; never skip a verifier silently
         raise ValueError(f"unknown verifier_function {unknown}; known: {sorted(VERIFIERS)}")
-    if any(name in VERIFIERS.sympy_users for name in names):
+    builtin = [n for n in names if not is_user_ref(n)]
+    if any(name in VERIFIERS.sympy_users for name in builtin):
         _sympy.start_soon()
     calls: list[Callable[[], float]] = [
         functools.partial(VERIFIERS[name], text, label)
-        for name in names
+        for name in builtin
         for text, label in zip(texts, labels, strict=True)
     ]
     flat = _sympy.batched(calls)
     totals = [0.0] * len(texts)
     per: dict[str, list[float]] = {}
-    for k, (name, weight) in enumerate(zip(names, weights, strict=True)):
-        scores = flat[k * len(texts) : (k + 1) * len(texts)]
-        per[name] = scores
-        totals = [a + weight * s for a, s in zip(totals, scores, strict=True)]
-    return totals, per
+    metrics: dict[str, list[float]] = {}
+    k = 0
+    for name, weight in zip(names, weights, strict=True):
+        if is_user_ref(name):
+            reward = cached_user_reward(name)
+            values, more = reward.score(
+                prompts if prompts is not None else texts_as_prompts(texts),
+                texts,
+                labels,
+                extras if extras is not None else [{} for _ in texts],
+            )
+            scores = [math.nan if v is None else v for v in values]
+            per[reward.name] = scores
+            metrics.update(more)
+        else:
+            scores = flat[k * len(texts) : (k + 1) * len(texts)]
+            per[name] = scores
+            k += 1
+        totals = [a if math.isnan(s) else a + weight * s for a, s in zip(totals, scores, strict=True)]
+    return totals, {**per, **metrics}
+
+
+def texts_as_prompts(texts: Sequence[str]) -> list[str]:
+    """Empty prompts where a caller has none (a user reward still gets its ``prompts`` argument)."""
+    return ["" for _ in texts]
+
+
+def reward_means(per: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """The metrics of ``score``'s per-verifier lists: ``<name>_rewards/mean`` for each verifier or user function
+    over the responses it scored (NaN = not applicable), and a user dict's ``<name>/<key>`` means as they are."""
+    out: dict[str, float] = {}
+    for name, values in per.items():
+        kept = [v for v in values if not math.isnan(v)]
+        out[name if "/" in name else f"{name}_rewards/mean"] = sum(kept) / len(kept) if kept else math.nan
+    return out
