@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from grpo.engine import hf_checkpoint as hf
+from grpo.engine.data import Example
 from grpo.engine.model import ModelArgs, Qwen2
+from grpo.engine.prompt import build_prompt
 from grpo.engine.rollout import SamplingParams, generate, response_logprobs
 from grpo.engine.tokenizer import build_task_tokenizer, load_tokenizer
 from grpo.errors import UserError
@@ -65,7 +67,7 @@ def test_sampled_logprobs_equal_the_training_forward_and_eos_ends_a_response():
     tok = build_task_tokenizer()
     torch.manual_seed(0)
     model = Qwen2(ModelArgs(2, 32, 64, 4, 2, 128, 64, 10000.0, 1e-6, True, True), init_std=0.05).eval()
-    prompts = [tok.encode(tok.chat_prompt(q)) for q in ("12+34=?", "7+80=?")]
+    prompts = [tok.encode(build_prompt(tok, Example(q, ""))) for q in ("12+34=?", "7+80=?")]
     with torch.no_grad():  # make <|im_end|> likely so some responses stop early
         model.lm_head.weight[tok.eos_id] += 0.3 * model.model.norm.weight.sign()
     gen = torch.Generator().manual_seed(1)
@@ -133,7 +135,7 @@ def test_shared_prompt_forward_equals_the_full_forward_in_values_and_gradients()
     tok = build_task_tokenizer()
     torch.manual_seed(0)
     model = Qwen2(ModelArgs(2, 32, 64, 4, 2, 128, 64, 10000.0, 1e-6, True, True), init_std=0.1)
-    prompts = [tok.encode(tok.chat_prompt(q)) for q in ("12+34=?", "7+80=?", "99+9=?")]
+    prompts = [tok.encode(build_prompt(tok, Example(q, ""))) for q in ("12+34=?", "7+80=?", "99+9=?")]
     batch = generate(model, prompts, 3, SamplingParams(max_tokens=8), tok.stop_ids, tok.pad_id, tok.vocab_size,
                      torch.Generator().manual_seed(3))
     batch = batch.select(torch.tensor([8, 0, 4, 3, 1])).trimmed()  # rows of mixed groups, shuffled

@@ -31,7 +31,7 @@ import os
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,7 @@ from pydantic import ValidationError
 
 from grpo._yaml import parse_yaml_text, read_text_file
 from grpo.config.canonical import canonicalize
+from grpo.config.hf_model import apply_model_folder
 from grpo.config.messages import validation_problems
 from grpo.config.rules import check_rules
 from grpo.config.schedule import problems as schedule_problems
@@ -407,12 +408,15 @@ def _compose(path: Path, primary: Any, planned: list[_Planned], dirs: Sequence[P
     return {str(k): v for k, v in data.items()}
 
 
-def config_from_dict(data: dict[str, Any], source: str = "config") -> GRPOConfig:
+def config_from_dict(data: dict[str, Any], source: str = "config", user_keys: Collection[str] = ()) -> GRPOConfig:
     """Schema-validate a composed dict and check the cross-field rules; UserError lists every problem.
 
-    ``source`` names the file in every message (and becomes ``cfg._source``).
+    ``source`` names the file in every message (and becomes ``cfg._source``). A Hugging Face model folder
+    (``actor_config.load`` or the tokenizer folder) gives the model's architecture (``hf_model.py``);
+    ``user_keys``, the model fields the user set, must agree with it.
     """
     data, moved = canonicalize(data, KEY_HOMES, MEGATRON_DEFAULTS)
+    data = apply_model_folder(data, source, user_keys)
     try:
         cfg = GRPOConfig.model_validate(data)
     except ValidationError as err:
@@ -458,4 +462,18 @@ def load_config(
         if other.is_file():
             _load_yaml(other)
     planned = _plan(list(overrides), primary, source, dirs)
-    return config_from_dict(_compose(path, primary, planned, dirs, source), source)
+    return config_from_dict(_compose(path, primary, planned, dirs, source), source, _model_keys_set(primary, planned))
+
+
+def _model_keys_set(primary: Any, planned: list[_Planned]) -> set[str]:
+    """The model fields the user set (overrides, the primary file): a model folder must not contradict them,
+    where the model group's YAML values are only defaults the folder replaces."""
+    spelled: list[str] = [p.key for p in planned if p.key]
+    if isinstance(primary, dict):
+        for section, body in primary.items():
+            if section == MODEL_GROUP and isinstance(body, dict):
+                spelled += [f"model.{n}.{k}" for n, entry in body.items() if isinstance(entry, dict) for k in entry]
+            elif isinstance(body, dict):
+                spelled += [f"{section}.{k}" for k in body]
+    homes = (MODEL_GROUP, "megatron_training", "actor_config")  # where canonicalize finds model keys
+    return {k.rpartition(".")[2].replace("-", "_") for k in spelled if k.partition(".")[0] in homes}

@@ -12,10 +12,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from grpo.config import GRPOConfig, ModelConfig
+from grpo.config.hf_model import folder_model_type
 from grpo.config.schedule import problems as schedule_problems
 from grpo.engine.coverage import refusals
-from grpo.engine.data import ArithmeticTask
+from grpo.engine.data import ArithmeticTask, Example
 from grpo.engine.lora import config_problems as lora_config_problems
+from grpo.engine.prompt import build_prompt
 from grpo.engine.rewards import VERIFIERS
 from grpo.engine.tokenizer import build_task_tokenizer
 from grpo.engine.variants import problems as variant_problems
@@ -26,7 +28,7 @@ def _builtin_tokenizer_figures() -> tuple[int, int]:
     """(vocabulary size of the built-in tokenizer, token length of every arithmetic chat prompt)."""
     tokenizer = build_task_tokenizer()
     # Operands are always two digits, so every prompt of the generated task has the same length.
-    prompt = tokenizer.encode(tokenizer.chat_prompt(f"{ArithmeticTask.low}+{ArithmeticTask.low}=?"))
+    prompt = tokenizer.encode(build_prompt(tokenizer, Example(f"{ArithmeticTask.low}+{ArithmeticTask.low}=?", "")))
     return tokenizer.vocab_size, len(prompt)
 
 
@@ -83,6 +85,12 @@ def check_config(cfg: GRPOConfig) -> list[str]:
             f"{source}: rl_config.rule_reward: the embedded engine scores with rule rewards only; set rule_reward=true"
         )
 
+    folder = folder_model_type(actor.load, mt.tokenizer_name_or_path)
+    if folder is not None and folder[2] != "qwen2":  # Qwen2 and Qwen2.5 folders say qwen2
+        problems.append(
+            f"{source}: {folder[0]}: {folder[1]} is a {folder[2]} model; the embedded engine builds Qwen2/Qwen2.5 "
+            f"only (backend: trl or verl runs any causal language model)"
+        )
     arch_model = cfg.model.get(actor.model)
     if arch_model is not None:
         problems += [f"{source}: model.{actor.model}.{key}: {why}" for key, why in _unbuilt_architecture(arch_model)]

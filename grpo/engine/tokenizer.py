@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 WORD_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "\\boxed{", "user", "assistant")
+# Qwen's ChatML turns, the built-in tokenizer's chat_template (grpo.engine.prompt renders it).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")  # variables a chat_template may use
 STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 
 
@@ -30,10 +36,18 @@ class Tokenizer:
     """Encode/decode text; knows its stop ids, pad id and vocabulary size."""
 
     def __init__(
-        self, backend: HFTokenizer, eos_token: str | None = None, pad_token: str | None = None, source: str = "built-in"
+        self,
+        backend: HFTokenizer,
+        eos_token: str | None = None,
+        pad_token: str | None = None,
+        source: str = "built-in",
+        chat_template: str | None = None,
+        special_tokens: dict[str, str] | None = None,
     ):
         self.backend = backend
         self.source = source
+        self.chat_template = chat_template  # rendered by grpo.engine.prompt; None: prompts as plain text
+        self.special_tokens = dict(special_tokens or {})  # bos_token, eos_token ...: the template's variables
         vocab = backend.get_vocab(with_added_tokens=True)
         self.vocab_size = max(vocab.values()) + 1
         names = [eos_token] if eos_token else []
@@ -56,30 +70,21 @@ class Tokenizer:
     def decode_batch(self, batch: list[list[int]]) -> list[str]:
         return self.backend.decode_batch(batch, skip_special_tokens=True)
 
-    def chat_prompt(self, question: str) -> str:
-        """A user turn in Qwen's ChatML template (unchanged when it already is one or has no chat markers)."""
-        if not self.has_chat_markers or "<|im_start|>" in question:
-            return question
-        return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
-
     # -- files
     def save(self, folder: Path) -> None:
         """Write tokenizer.json and tokenizer_config.json (what PreTrainedTokenizerFast reads)."""
         folder = Path(folder)
         self.backend.save(str(folder / "tokenizer.json"))
-        eos = self.backend.id_to_token(self.eos_id)
-        pad = self.backend.id_to_token(self.pad_id)
-        (folder / "tokenizer_config.json").write_text(
-            json.dumps(
-                {
-                    "tokenizer_class": "PreTrainedTokenizerFast",
-                    "eos_token": eos,
-                    "pad_token": pad,
-                    "model_max_length": 32768,
-                },
-                indent=2,
-            )
-        )
+        meta: dict[str, str | int | None] = {
+            **self.special_tokens,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": self.backend.id_to_token(self.eos_id),
+            "pad_token": self.backend.id_to_token(self.pad_id),
+            "model_max_length": 32768,
+        }
+        if self.chat_template is not None:
+            meta["chat_template"] = self.chat_template
+        (folder / "tokenizer_config.json").write_text(json.dumps(meta, indent=2))
 
     def fingerprint(self) -> str:
         """A stable hash of the vocabulary and rules (part of the warm-start cache key)."""
@@ -109,7 +114,7 @@ def build_task_tokenizer() -> Tokenizer:
     backend.decoder = decoders.Fuse()
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     backend.add_tokens([AddedToken(t, normalized=False) for t in WORD_TOKENS])
-    return Tokenizer(backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    return Tokenizer(backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHATML_TEMPLATE)
 
 
 def load_tokenizer(folder_or_file: str | Path, key: str = "megatron_training.tokenizer_name_or_path") -> Tokenizer:
@@ -126,12 +131,29 @@ def load_tokenizer(folder_or_file: str | Path, key: str = "megatron_training.tok
     except Exception as err:  # tokenizers raises a bare Exception on malformed files
         raise UserError(f"{file}: {key}: not a valid tokenizer.json ({first_line(err)})") from None
     eos = pad = None
+    special: dict[str, str] = {}
+    template = None
     for extra in (file.parent / "tokenizer_config.json", file.parent / "generation_config.json"):
         if extra.is_file():
             meta = json.loads(extra.read_text())
             eos = eos or _token_name(meta.get("eos_token"))
             pad = pad or _token_name(meta.get("pad_token"))
-    return Tokenizer(backend, eos_token=eos, pad_token=pad, source=str(file))
+            for name in SPECIAL_TOKEN_KEYS:
+                if (token := _token_name(meta.get(name))) is not None:
+                    special.setdefault(name, token)
+            template = template or _template(meta.get("chat_template"))
+    jinja = file.parent / "chat_template.jinja"  # transformers >= 4.43 saves the template here; it wins
+    if jinja.is_file():
+        template = jinja.read_text()
+    return Tokenizer(backend, eos, pad, str(file), chat_template=template, special_tokens=special)
+
+
+def _template(value: object) -> str | None:
+    """tokenizer_config.json's chat_template: a string, or named templates of which "default" is the one."""
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default")
+    return value if isinstance(value, str) else None
 
 
 def _token_name(value: object) -> str | None:

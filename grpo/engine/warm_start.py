@@ -33,6 +33,7 @@ from grpo._fs import atomic_write
 from grpo.engine.data import ArithmeticTask, Example
 from grpo.engine.hf_checkpoint import load_weights, save_weights
 from grpo.engine.model import ModelArgs, Qwen2
+from grpo.engine.prompt import build_prompt
 from grpo.engine.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
@@ -103,7 +104,7 @@ def _demo_batch(
     """Right-padded prompt+demonstration+eos ids, and a mask that is 1 on the targets to learn."""
     seqs, masks = [], []
     for e in examples:
-        prompt = tokenizer.encode(tokenizer.chat_prompt(e.prompt))
+        prompt = tokenizer.encode(build_prompt(tokenizer, e))
         answer = [*tokenizer.encode(task.demonstration(e)), tokenizer.eos_id]
         seqs.append(prompt + answer)
         masks.append([0] * len(prompt) + [1] * len(answer))
