@@ -186,3 +186,14 @@ def is_user_code_failure(reason: str, log_lines: Iterable[str] = ()) -> bool:
     """The failure came from a user's own code (``UserCodeError``): retrying would fail the same way."""
     marker = f"{USER_CODE_FAILED}: "
     return marker in reason or any(marker in line for line in log_lines)
+
+
+CONFIG_FAILED = "bad trial config"  # how backends word a UserError met inside a trial (a file, a shape)
+# Raw exception lines that are the config's fault, not the machine's: weights that do not fit the model built from
+# the config (torch's load_state_dict and broadcasting wordings), a file that is not there.
+_CONFIG_SIGNS = (f"{CONFIG_FAILED}: ", "size mismatch for ", "The size of tensor a ", "FileNotFoundError: ")
+
+
+def is_config_failure(reason: str, log_lines: Iterable[str] = ()) -> bool:
+    """The failure is the trial's config (a missing file, a shape mismatch): a retry would fail the same way."""
+    return any(sign in text for text in (reason, *log_lines) for sign in _CONFIG_SIGNS)

@@ -11,6 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from grpo.engine.metrics import add_final_scalars, tensorboard_dir
+from grpo.errors import is_config_failure, is_user_code_failure
 from grpo.report.best import comparable, distinct_configurations, ranked
 from grpo.report.stats import Interval, verdict
 from grpo.sweep.backends import TrialBackend
@@ -156,11 +157,13 @@ class Recorder:
             )  # fmt: skip
             say(f"trial {number} interrupted; it resumes from its checkpoint on the next run")
         elif isinstance(outcome, Failed):
+            # A config error or the user's own code fails the same way again: no retry (not a transient fault).
+            fatal = any(f(outcome.reason, outcome.log_lines) for f in (is_config_failure, is_user_code_failure))
             retried = fail_and_maybe_retry(
                 self.store,
                 self.store.frozen(trial),
                 outcome.reason,
-                self.spec.retries,
+                0 if fatal else self.spec.retries,
                 last_log_lines=outcome.log_lines,
             )
             say(f"trial {number} failed: {outcome.reason}" + (" (will retry)" if retried else " (no retries left)"))
