@@ -58,11 +58,12 @@ def test_every_key_is_classified_and_the_doc_is_current():
 def test_refused_keys_are_one_line_naming_key_and_backend():
     backend = backend_class("trl")()
     assert backend.check(cfg_of()) == []
-    problems = backend.check(cfg_of("rl_config.entropy_coeff=0.1", "rl_config.kl_ctrl_type=adaptive"))
-    assert any("rl_config.entropy_coeff: 0.1: backend trl refuses it" in p for p in problems)
+    assert backend.check(cfg_of("rl_config.entropy_coeff=0.1")) == []  # TRL's entropy_coef (issue 40)
+    problems = backend.check(cfg_of("rl_config.use_kl_in_reward=true", "rl_config.kl_ctrl_type=adaptive"))
+    assert any("rl_config.use_kl_in_reward: True: backend trl refuses it" in p for p in problems)
     assert any("rl_config.kl_ctrl_type: 'adaptive': backend trl runs only 'fixed'" in p for p in problems)
     assert all("\n" not in p for p in problems)
-    keys = ["actor_config.lr", "rl_config.entropy_coeff", "rl_config.ref_forward_micro_batch_size"]
+    keys = ["actor_config.lr", "rl_config.use_kl_in_reward", "rl_config.ref_forward_micro_batch_size"]
     searched = backend.check_search(keys, "s.yaml")
     assert [p.split(":")[1].strip() for p in searched] == [f"search.{k}" for k in keys[1:]]
 

@@ -26,42 +26,68 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo._fs import checkpoint_iteration, tail_lines, truncate_jsonl_after
 from grpo.config import GRPOConfig, schedule
+from grpo.engine import lora
+from grpo.engine.prompt import build_prompt
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.trl import coverage
 from grpo.sweep.backends.trl.keys import grpo_config_kwargs
 from grpo.sweep.spec.models import TrlSpec
 
-LR_SCHEDULES = {"constant": "constant", "linear": "linear", "cosine": "cosine"}
 
-
-def batch_plan(cfg: GRPOConfig) -> dict[str, int]:
-    """TRL's batch settings for MindSpeed-RL's (the module docstring's conversion); UserError if they do not divide."""
+def batch_plan(cfg: GRPOConfig, processes: int = 1) -> dict[str, int]:
+    """TRL's batch settings for MindSpeed-RL's on ``processes`` training processes (the module docstring's
+    conversion); UserError if they do not divide. TRL 1.16 takes a generation as ``per_device_train_batch_size *
+    num_processes * steps_per_generation`` completions and an optimizer step as ``per_device_train_batch_size *
+    num_processes * gradient_accumulation_steps``, so both are divided by the processes: ``global_batch_size``
+    and ``mini_batch_size`` stay the same prompts on any number of processes."""
     mt, rl, src = cfg.megatron_training, cfg.rl_config, cfg._source
     n = int(rl.n_samples_per_prompt)
     responses, mini = int(mt.global_batch_size) * n, int(rl.mini_batch_size) * n
-    micro = min(int(cfg.actor_config.micro_batch_size), mini)
-    if responses % mini or mini % micro:
+    micro = min(int(cfg.actor_config.micro_batch_size), mini // processes or 1)
+    if responses % mini or mini % (micro * processes):
         raise UserError(
             f"{src}: rl_config.mini_batch_size: backend trl needs global_batch_size * n_samples_per_prompt "
-            f"({responses}) divisible by mini_batch_size * n ({mini}), and that by micro_batch_size ({micro})"
+            f"({responses}) divisible by mini_batch_size * n ({mini}), and that by micro_batch_size ({micro}) x "
+            f"trl.num_processes ({processes})"
         )
     return {
         "per_device_train_batch_size": micro,
-        "gradient_accumulation_steps": mini // micro,
-        "steps_per_generation": responses // micro,
+        "gradient_accumulation_steps": mini // (micro * processes),
+        "steps_per_generation": responses // (micro * processes),
         "steps_per_iter": responses // mini * int(rl.epochs),
     }
 
 
-def render(cfg: GRPOConfig, output_dir: Path) -> tuple[dict[str, Any], int]:
-    """(GRPOConfig kwargs, optimizer steps per iteration) for one trial config."""
-    plan = batch_plan(cfg)
+def schedule_kwargs(cfg: GRPOConfig, max_steps: int) -> dict[str, Any]:
+    """transformers' scheduler for Megatron's (the engine's ``update.lr_at``): warmup over ``round(fraction *
+    steps)`` optimizer steps, then constant, linear or cosine decay to ``min_lr``. transformers' ``constant``
+    ignores warmup (``get_constant_schedule``), hence ``constant_with_warmup``; a decay to ``min_lr`` > 0 is
+    ``cosine_with_min_lr`` or, for linear, ``polynomial`` with power 1 and ``lr_end``."""
+    actor = cfg.actor_config
+    warmup, style, min_lr = round(float(actor.lr_warmup_fraction) * max_steps), actor.lr_decay_style, actor.min_lr
+    out: dict[str, Any] = {"warmup_steps": warmup, "lr_scheduler_type": style}
+    if style == "constant" and warmup:
+        out["lr_scheduler_type"] = "constant_with_warmup"
+    elif style == "cosine" and min_lr:
+        out.update(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr": float(min_lr)})
+    elif style == "linear" and min_lr:
+        if min_lr >= actor.lr:  # transformers' polynomial decay refuses lr_end >= lr
+            raise UserError(f"{cfg._source}: actor_config.min_lr: {min_lr:g} is not below actor_config.lr "
+                            f"({actor.lr:g}); backend trl decays linearly from lr to min_lr")  # fmt: skip
+        out.update(lr_scheduler_type="polynomial", lr_scheduler_kwargs={"lr_end": float(min_lr), "power": 1.0})
+    return out
+
+
+def render(cfg: GRPOConfig, output_dir: Path, processes: int = 1) -> tuple[dict[str, Any], int]:
+    """(GRPOConfig kwargs, optimizer steps per iteration) for one trial config on ``processes`` processes."""
+    plan = batch_plan(cfg, processes)
     steps = plan.pop("steps_per_iter")
     mt, actor = cfg.megatron_training, cfg.actor_config
     kwargs = grpo_config_kwargs(cfg)
@@ -72,24 +98,23 @@ def render(cfg: GRPOConfig, output_dir: Path) -> tuple[dict[str, Any], int]:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    max_steps = steps * int(mt.train_iters)
     kwargs.update(
         plan,
+        **schedule_kwargs(cfg, max_steps),
         output_dir=str(output_dir),
         use_cpu=device == "cpu",
         bf16=False,
         report_to="none",
         disable_tqdm=True,
         dataloader_num_workers=0,
-        seed=int(mt.seed),
-        data_seed=int(cfg.engine.task_seed),
-        max_steps=steps * int(mt.train_iters),
+        seed=int(mt.seed),  # the prompt order (RepeatSampler); the sampling seed: SweepCallback.on_train_begin
+        shuffle_dataset=not mt.no_shuffle,
+        max_steps=max_steps,
         logging_steps=steps,  # one log row per iteration (SweepCallback)
         save_strategy="steps",
         save_steps=steps * int(mt.save_interval),
         save_total_limit=cfg.engine.keep_checkpoints,
-        scale_rewards="group",
-        lr_scheduler_type=LR_SCHEDULES[actor.lr_decay_style],
-        warmup_steps=float(actor.lr_warmup_fraction),  # transformers 5: a float in [0, 1) is a ratio
         weight_decay=float(actor.weight_decay),
         adam_beta1=float(actor.adam_beta1),
         adam_beta2=float(actor.adam_beta2),
@@ -143,11 +168,27 @@ class TrlBackend(TrialBackend):
         problems = coverage.KEYS.refusals(cfg, cfg._source)
         try:
             grpo_config_kwargs(cfg)
-            batch_plan(cfg)
+            batch_plan(cfg, self.processes)
+            schedule_kwargs(cfg, 1)
         except UserError as err:
             problems.append(str(err))
-        problems += self.schedule_problems(cfg) + self.launcher_problems(cfg)
+        problems += self.semantics_problems(cfg) + self.schedule_problems(cfg) + self.launcher_problems(cfg)
         return problems + self.branch_problems(cfg) * bool(cfg.engine.exit_interval)
+
+    def semantics_problems(self, cfg: GRPOConfig) -> list[str]:
+        """Values a TRL run would not carry out as the engine does: the mini batches' order (TRL 1.16 always
+        shuffles a generation before splitting it, ``shuffle_sequence_dict`` in ``_prepare_inputs``) and LoRA
+        settings (the engine's rules, grpo/engine/lora.py)."""
+        src, problems = cfg._source, lora.config_problems(cfg)
+        mt, rl = cfg.megatron_training, cfg.rl_config
+        if not rl.shuffle_mini_batch and mt.global_batch_size != rl.mini_batch_size:
+            problems.append(
+                f"{src}: rl_config.shuffle_mini_batch: false: backend trl always shuffles a generation's responses "
+                f"before splitting them into mini batches; set it true (or mini_batch_size = global_batch_size)"
+            )
+        if lora.settings(cfg) is not None and not lora.peft_installed():
+            problems.append(f"{src}: megatron_training.lora_target_modules: LoRA needs peft ({lora.INSTALL})")
+        return problems
 
     def launcher_problems(self, cfg: GRPOConfig) -> list[str]:
         """What ``trl:`` cannot do with this config (the spec-only rules are TrlSpec.problems, at load)."""
@@ -199,15 +240,21 @@ class TrlBackend(TrialBackend):
             from grpo.sweep.backends.trl.launch import run_accelerate
 
             run_dir = Path(trial_dir).resolve()
-            start = resume_folder(cfg, render(cfg, Path(str(cfg.actor_config.save or run_dir / "ckpt")))[1])
+            steps = render(cfg, Path(str(cfg.actor_config.save or run_dir / "ckpt")), self.processes)[1]
+            start = resume_folder(cfg, steps)
             start_iteration = (checkpoint_iteration(Path(str(cfg.actor_config.load))) or 0) if start else 0
             return run_accelerate(self.settings, cfg, run_dir, report, start_iteration)
         return self.run_here(cfg, trial_dir, report)
 
     def run_here(
-        self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, should_stop: Callable[[], bool] | None = None
+        self,
+        cfg: GRPOConfig,
+        trial_dir: Path,
+        report: ReportFn,
+        should_stop: Callable[[], bool] | None = None,
+        processes: int = 1,
     ) -> dict[str, Any]:
-        """The TRL run in this process (the worker, or each process ``accelerate launch`` starts)."""
+        """The TRL run in this process (the worker, or each of the ``processes`` ``accelerate launch`` starts)."""
         import torch
 
         from grpo.engine.metrics import close_logger, run_logger
@@ -219,7 +266,7 @@ class TrlBackend(TrialBackend):
         previous = torch.get_num_threads()
         torch.set_num_threads(max(1, int(cfg.engine.num_threads)))
         try:
-            return self._train(cfg, run_dir, report, log, SamplingParams, should_stop)
+            return self._train(cfg, run_dir, report, log, SamplingParams, should_stop, processes)
         except UserError as err:
             raise TrialFailed(f"bad trial config: {err}", tail_lines(run_dir / "train.log")) from None
         finally:
@@ -227,50 +274,14 @@ class TrlBackend(TrialBackend):
             close_logger(log)
 
     def _train(
-        self, cfg: GRPOConfig, run_dir: Path, report: ReportFn, log: logging.Logger, sp: Any, should_stop: Any
-    ) -> dict:
-        import datasets
+        self, cfg: GRPOConfig, run_dir: Path, report: ReportFn, log: logging.Logger, sp: Any, should_stop: Any,
+        processes: int,
+    ) -> dict:  # fmt: skip
         import trl
 
-        from grpo.sweep.backends.trl.callback import SweepCallback
-        from grpo.sweep.backends.trl.model import build_base, load_hf, reward_functions
-
-        save_dir = Path(str(cfg.actor_config.save or run_dir / "ckpt")).expanduser()
-        kwargs, steps = render(cfg, save_dir)
-        start = resume_folder(cfg, steps)
-        start_iteration = checkpoint_iteration(Path(str(cfg.actor_config.load))) if start else 0
-        if cfg.schedule:  # a pbt segment: its lineage's values; this run trains with those at its start
-            cfg = schedule.apply(cfg, start_iteration or 0)
-            kwargs, steps = render(cfg, save_dir)
-        truncate_jsonl_after(run_dir / "metrics.jsonl", start_iteration or 0)
-        truncate_jsonl_after(run_dir / "samples.jsonl", start_iteration or 0)
-        base = build_base(cfg, run_dir, log)
-        model, fast = load_hf(base)
-        sampling = cfg.generate_config.sampling_config
-        max_prompt = max(len(base.held_out.prompt_ids[e.prompt]) for e in base.train_set)
-        kwargs["max_completion_length"] = min(
-            kwargs["max_completion_length"], cfg.generate_config.max_model_len - max_prompt
-        )
-        dataset = datasets.Dataset.from_list(
-            [{"prompt": base.tokenizer.chat_prompt(e.prompt), "label": e.label} for e in base.train_set]
-        )
-        funcs: list[Any] = list(reward_functions(cfg)[0])  # weights: GRPOConfig's reward_weights (render)
-        args = trl.GRPOConfig(**kwargs)
-        rl = cfg.rl_config
-        callback = SweepCallback(
-            base=base, report=report, steps_per_iter=steps, train_iters=int(cfg.megatron_training.train_iters),
-            eval_every=cfg.engine.eval_every, exit_interval=cfg.engine.exit_interval,
-            sampling=sp(sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p,
-                        kwargs["max_completion_length"]),
-            scoring=([str(v) for v in rl.verifier_function], list(rl.verifier_weight)),
-            beta=float(rl.init_kl_coef), run_dir=run_dir, save_dir=save_dir, model=lambda: trainer.model,
-            should_stop=should_stop,
-        )  # fmt: skip
-        trainer = trl.GRPOTrainer(
-            model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=fast,
-            callbacks=[callback],
-        )  # fmt: skip
-        log.info(f"TRL {trl.__version__}: {steps} optimizer steps per iteration; resume from {start or 'nothing'}")
+        built = build_trainer(cfg, run_dir, report, log, sp, should_stop, processes)
+        trainer, callback, start = built.trainer, built.callback, built.start
+        log.info(f"TRL {trl.__version__}: {built.steps} optimizer steps per iteration; resume from {start or 'none'}")
         trainer.train(resume_from_checkpoint=str(start) if start else None)
         last = callback.last
         diverged = [k for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy") if not math.isfinite(last.get(k, 0))]
@@ -283,7 +294,68 @@ class TrlBackend(TrialBackend):
             "iterations": callback.iteration,
             "stopped_early": callback.stopped,
             "exited_at": callback.exited_at,
-            "start_iteration": start_iteration or 0,
-            "checkpoint": str(save_dir),
+            "start_iteration": built.start_iteration,
+            "checkpoint": str(built.save_dir),
             "metrics": last,
         }
+
+
+@dataclass
+class Built:
+    trainer: Any  # trl.GRPOTrainer, constructed, not trained
+    callback: Any  # SweepCallback
+    steps: int  # optimizer steps per iteration
+    start: Path | None  # the checkpoint-N it resumes from
+    start_iteration: int
+    save_dir: Path
+
+
+def build_trainer(
+    cfg: GRPOConfig, run_dir: Path, report: ReportFn, log: logging.Logger, sp: Any, should_stop: Any = None,
+    processes: int = 1,
+) -> Built:  # fmt: skip
+    """The trial's ``GRPOTrainer`` as TRL constructs it (its args, model, reward functions, callback), before
+    ``train``: the run trains exactly this object, and the tests read what TRL resolved from it."""
+    import datasets
+    import trl
+
+    from grpo.sweep.backends.trl.callback import SweepCallback
+    from grpo.sweep.backends.trl.model import build_base, load_hf, peft_config, reward_functions
+
+    save_dir = Path(str(cfg.actor_config.save or run_dir / "ckpt")).expanduser()
+    kwargs, steps = render(cfg, save_dir, processes)
+    start = resume_folder(cfg, steps)
+    start_iteration = (checkpoint_iteration(Path(str(cfg.actor_config.load))) or 0) if start else 0
+    if cfg.schedule:  # a pbt segment: its lineage's values; this run trains with those at its start
+        cfg = schedule.apply(cfg, start_iteration)
+        kwargs, steps = render(cfg, save_dir, processes)
+    truncate_jsonl_after(run_dir / "metrics.jsonl", start_iteration)
+    truncate_jsonl_after(run_dir / "samples.jsonl", start_iteration)
+    base = build_base(cfg, run_dir, log)
+    model, fast = load_hf(base)
+    sampling = cfg.generate_config.sampling_config
+    max_prompt = max(len(base.held_out.prompt_ids[e.prompt]) for e in base.train_set)
+    kwargs["max_completion_length"] = min(
+        kwargs["max_completion_length"], cfg.generate_config.max_model_len - max_prompt
+    )  # the engine's max_tokens (grpo/engine/trainer.py), so dr_grpo divides by the same constant
+    dataset = datasets.Dataset.from_list(
+        [{"prompt": build_prompt(base.tokenizer, e), "label": e.label} for e in base.train_set]
+    )
+    funcs: list[Any] = list(reward_functions(cfg)[0])  # weights: GRPOConfig's reward_weights (render)
+    args = trl.GRPOConfig(**kwargs)
+    if args.world_size != processes:  # the batch plan divides by the processes the backend was told
+        raise TrialFailed(f"backend trl: {args.world_size} training processes, the batch plan is for {processes}")
+    rl = cfg.rl_config
+    callback = SweepCallback(
+        base=base, report=report, steps_per_iter=steps, train_iters=int(cfg.megatron_training.train_iters),
+        eval_every=cfg.engine.eval_every, exit_interval=cfg.engine.exit_interval,
+        sampling=sp(sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p,
+                    kwargs["max_completion_length"]),
+        sampling_seed=sampling.seed, scoring=([str(v) for v in rl.verifier_function], list(rl.verifier_weight)),
+        beta=float(rl.init_kl_coef), run_dir=run_dir, save_dir=save_dir, should_stop=should_stop,
+    )  # fmt: skip
+    trainer = trl.GRPOTrainer(
+        model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=fast,
+        callbacks=[callback], peft_config=peft_config(cfg),
+    )  # fmt: skip
+    return Built(trainer, callback, steps, start, start_iteration, save_dir)

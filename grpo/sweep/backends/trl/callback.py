@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 import transformers
 
 from grpo._fs import CHECKPOINT_TRACKER, atomic_write_text
@@ -47,7 +49,8 @@ def project_metrics(logs: dict[str, float], beta: float) -> dict[str, float]:
     for key, value in logs.items():
         if not isinstance(value, (int, float)):
             continue
-        out[NAMES.get(key, f"trl/{key}")] = float(value)
+        reward = re.fullmatch(r"rewards/verifier_(.+)/mean", key)  # model.reward_functions' names (issue 41)
+        out[f"{reward[1]}_rewards/mean" if reward else NAMES.get(key, f"trl/{key}")] = float(value)
     if "loss" in logs:  # MindSpeed-RL's actor/pg_loss is |total loss|, as the engine reports it
         out["actor/pg_loss"] = abs(float(logs["loss"]))
     out["actor/kl_coef"] = beta
@@ -67,25 +70,25 @@ class SweepCallback(transformers.TrainerCallback):
         eval_every: int | None,
         exit_interval: int | None,
         sampling: SamplingParams,
+        sampling_seed: int | None,
         scoring: tuple[list[str], list[float]],
         beta: float,
         run_dir: Path,
         save_dir: Path,
-        model: Callable[[], Any],
         should_stop: Callable[[], bool] | None = None,
     ):
         self.base, self.report, self.steps_per_iter = base, report, steps_per_iter
         self.train_iters, self.eval_every, self.exit_interval = train_iters, eval_every, exit_interval
-        self.sampling, self.scoring, self.beta = sampling, scoring, beta
-        self.run_dir, self.save_dir, self.model = run_dir, save_dir, model
+        self.sampling, self.sampling_seed, self.scoring, self.beta = sampling, sampling_seed, scoring, beta
+        self.run_dir, self.save_dir = run_dir, save_dir
         self.should_stop = should_stop  # launcher accelerate: the backend's stop file, checked every optimizer step
         self.stopped = False
         self.exited_at: int | None = None
         self.last: dict[str, float] = {}
         self.iteration = 0
 
-    def evaluate(self, iteration: int) -> dict[str, float]:
-        policy = copy_into(self.base.evaluator, self.model())
+    def evaluate(self, iteration: int, model: Any) -> dict[str, float]:
+        policy = copy_into(self.base.evaluator, model)
         return self.base.held_out.evaluate(
             policy, self.sampling, iteration, 4, self.scoring, self.run_dir / "samples.jsonl"
         )
@@ -99,6 +102,11 @@ class SweepCallback(transformers.TrainerCallback):
             control.should_training_stop = True
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == 0 and self.sampling_seed is not None:
+            # TRL samples from torch's global generator, which Trainer seeded with args.seed (the prompt order's
+            # seed, RepeatSampler's own generator): the engine samples from sampling_config.seed, so does this run
+            # (a resume restores the checkpoint's rng state after this event).
+            torch.manual_seed(int(self.sampling_seed))
         # A resume restores the optimizer and scheduler of the checkpoint; a branch that explored the learning
         # rate must train with its own, so the config's lr is put back (constant schedules only: check refuses
         # the others for segments).
@@ -111,9 +119,9 @@ class SweepCallback(transformers.TrainerCallback):
                 # what Trainer logs as learning_rate until the next scheduler step: torch's LRScheduler field
                 scheduler._last_lr = [args.learning_rate] * len(scheduler.base_lrs)
         if state.global_step == 0 and self.eval_every:  # the base policy, as iteration 0 of the held-out curves
-            self._emit(0, self.evaluate(0), control)
+            self._emit(0, self.evaluate(0, kwargs["model"]), control)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **_: Any) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
         if not logs or "loss" not in logs or self.stopped:  # the end-of-training summary row has train_loss only
             return
         it = state.global_step // self.steps_per_iter
@@ -121,7 +129,7 @@ class SweepCallback(transformers.TrainerCallback):
         exiting = self.exit_interval is not None and it % self.exit_interval == 0 and it < self.train_iters
         every = self.eval_every
         if every and (it % every == 0 or it == self.train_iters or exiting):
-            metrics.update(self.evaluate(it))
+            metrics.update(self.evaluate(it, kwargs["model"]))
         self._emit(it, metrics, control)
         if exiting and not self.stopped:
             self.exited_at = it

@@ -26,7 +26,11 @@ APPLIED: dict[str, str] = {
     f"{RL}.clip_ratio_low": "epsilon (clip_higher_enable)",
     f"{RL}.clip_ratio_high": "epsilon_high (clip_higher_enable)",
     f"{RL}.token_level_loss": "loss_type dapo (token mean) or grpo (sequence mean)",
-    f"{RL}.mini_batch_size": "gradient_accumulation_steps = mini_batch_size * n_samples / micro_batch_size",
+    f"{RL}.mini_batch_size": "gradient_accumulation_steps = mini_batch_size * n / (micro_batch_size * processes)",
+    f"{RL}.shuffle_mini_batch": "true: TRL shuffles a generation before splitting it into mini batches "
+    "(shuffle_sequence_dict), always; false is refused with several mini batches per generation",
+    f"{RL}.entropy_coeff": "entropy_coef (TRL adds the mean per-token entropy of each micro batch whatever the "
+    "loss_type; the engine aggregates it with the policy loss, the same for token-mean)",
     f"{RL}.verifier_function": "one TRL reward function per verifier",
     f"{RL}.verifier_weight": "reward_weights",
     f"{RL}.rule_reward": "the verifiers are the reward (true is the only value TRL runs)",
@@ -39,20 +43,30 @@ APPLIED: dict[str, str] = {
     f"{S}.top_k": "top_k (-1 -> 0)",
     f"{S}.min_p": "min_p",
     f"{S}.max_tokens": "max_completion_length",
-    f"{S}.seed": "seed of the run (TRL samples from torch's generator)",
+    f"{S}.seed": "the sampling generator: torch's global one (TRL samples from it), reseeded when training begins",
     "generate_config.sampling_config": "the section",
     "generate_config.max_model_len": "caps max_completion_length after the longest prompt",
     f"{M}.lr": "learning_rate",
-    f"{M}.lr_decay_style": "lr_scheduler_type (constant, linear, cosine)",
-    f"{M}.lr_warmup_fraction": "warmup_steps (a float in [0, 1) is a ratio)",
+    f"{M}.lr_decay_style": "lr_scheduler_type: constant (constant_with_warmup with a warmup), linear (polynomial "
+    "with power 1 to min_lr > 0), cosine (cosine_with_min_lr to min_lr > 0)",
+    f"{M}.lr_warmup_fraction": "warmup_steps = round(fraction * optimizer steps), as the engine; transformers "
+    "ramps from 0 (step s: lr * s / warmup; the engine lr * (s + 1) / warmup)",
+    f"{M}.min_lr": "lr_scheduler_kwargs: min_lr (cosine_with_min_lr) or lr_end (polynomial, linear)",
+    f"{M}.no_shuffle": "shuffle_dataset = not no_shuffle",
+    **{
+        f"{M}.{k}": "peft_config: peft's LoraConfig (r, lora_alpha, the target modules mapped to the Qwen2 "
+        "projections as the engine maps them, dropout 0)"
+        for k in ("lora_r", "lora_alpha", "lora_target_modules")
+    },
     f"{M}.weight_decay": "weight_decay",
     f"{M}.clip_grad": "max_grad_norm",
     f"{M}.adam_beta1": "adam_beta1",
     f"{M}.adam_beta2": "adam_beta2",
     f"{M}.train_iters": "max_steps = train_iters * optimizer steps per iteration",
     f"{M}.save_interval": "save_steps (checkpoint-N folders)",
-    f"{M}.seed": "seed",
-    f"{M}.global_batch_size": "prompts per generation: steps_per_generation = global_batch_size * n / micro",
+    f"{M}.seed": "seed: the prompt order (TRL's RepeatSampler)",
+    f"{M}.global_batch_size": "prompts per generation: steps_per_generation = global_batch_size * n / (micro * "
+    "processes), so the same prompts on any trl.num_processes",
     f"{M}.micro_batch_size": "per_device_train_batch_size (completions)",
     f"{M}.save": "output_dir (checkpoint-N folders)",
     f"{M}.load": "a HF folder to start from, or a TRL save dir to resume from",
@@ -70,9 +84,11 @@ APPLIED: dict[str, str] = {
     f"{E}.exit_interval": "a pbt segment's end (checkpoint, then stop)",
     f"{E}.num_threads": "torch threads of the worker",
     f"{E}.device": "cpu (use_cpu), cuda, or auto (cuda when there is one)",
-    f"{E}.loss_agg_mode": "loss_type (seq-mean-token-mean grpo, token-mean dapo, seq-mean-token-sum-norm dr_grpo)",
-    f"{E}.policy_loss": "vanilla or gspo (importance_sampling_level)",
-    f"{E}.advantage_estimator": "group_norm only",
+    f"{E}.loss_agg_mode": "loss_type (seq-mean-token-mean grpo, token-mean dapo, seq-mean-token-sum-norm dr_grpo: "
+    "the token sum over max_completion_length, the engine's constant max_tokens)",
+    f"{E}.policy_loss": "vanilla, or gspo as TRL's recipe: importance_sampling_level sequence with loss_type grpo "
+    "(loss_agg_mode seq-mean-token-mean, else refused)",
+    f"{E}.advantage_estimator": "scale_rewards: group (group_norm) or none (group_norm_no_std, Dr. GRPO)",
 }
 ARCH_SOURCE = "the Qwen2 is built from it as the embedded engine builds it, then saved as the HF folder TRL loads"
 NO_EFFECT: dict[str, str] = {
@@ -91,7 +107,6 @@ VALUES: dict[str, tuple[object, ...]] = {
     f"{RL}.kl_ctrl_type": ("fixed",),
     f"{RL}.kl_penalty": ("low_var_kl",),
     f"{RL}.rule_reward": (True,),
-    f"{E}.advantage_estimator": ("group_norm",),
     f"{E}.policy_loss": ("vanilla", "gspo"),
     f"{E}.device": ("auto", "cpu", "cuda"),
     f"{M}.hidden_dropout": (0.0,),  # refused keys whose default TRL does carry out

@@ -1,7 +1,7 @@
-"""MindSpeed-RL keys -> TRL ``GRPOConfig`` fields (checked against trl/trainer/grpo_config.py on main).
+"""MindSpeed-RL keys -> TRL ``GRPOConfig`` fields (checked against trl 1.16's trl/trainer/grpo_config.py).
 
-Only the mapping; the trainer runner, callback and checkpoints are not built yet. A key not mapped here is
-not applied by a TRL run and must be refused or classified by the backend (issue 32).
+Only the one-to-one mapping and the loss; backend.py's ``render`` adds the batch, schedule, optimizer and
+checkpoint fields. A key not mapped there is refused or classified in coverage.py.
 
     kwargs = grpo_config_kwargs(cfg)   # -> dict for trl.GRPOConfig(**kwargs)
 """
@@ -29,8 +29,11 @@ DIRECT: dict[str, str] = {
 }
 
 # verl's loss_agg_mode names -> TRL loss_type: "grpo" is per-sequence token mean, "dapo" the token mean over
-# the accumulated batch, "dr_grpo" the token sum over a constant (max_completion_length).
+# the accumulated batch, "dr_grpo" the token sum over a constant (max_completion_length, the engine's max_tokens).
 LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
+# TRL's GSPO recipe (docs paper_index, and GRPOTrainer's warning for the token-summing losses): the sequence-level
+# ratio with loss_type grpo, the sequence mean; verl's gspo recipe and the engine agree with seq-mean-token-mean.
+GSPO_MODE = "seq-mean-token-mean"
 
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -53,6 +56,15 @@ def grpo_config_kwargs(cfg: Any) -> dict[str, Any]:
     mode = cfg.engine.loss_agg_mode or ("token-mean" if rl.token_level_loss else "seq-mean-token-mean")
     if mode not in LOSS_TYPE:  # seq-mean-token-sum: TRL has no per-sequence token sum
         raise UserError(f"{cfg._source}: engine.loss_agg_mode: {mode}: backend trl has no such loss_type")
+    gspo = cfg.engine.policy_loss == "gspo"
+    if gspo and mode != GSPO_MODE:
+        raise UserError(
+            f"{cfg._source}: engine.policy_loss: gspo: backend trl runs TRL's GSPO (importance_sampling_level "
+            f"sequence, loss_type grpo), the sequence mean; set engine.loss_agg_mode: {GSPO_MODE} (not {mode})"
+        )
     out["loss_type"] = LOSS_TYPE[mode]
-    out["importance_sampling_level"] = "sequence" if cfg.engine.policy_loss == "gspo" else "token"
+    out["importance_sampling_level"] = "sequence" if gspo else "token"
+    # group_norm_no_std (Dr. GRPO): the reward minus the group mean, not divided by the group's std
+    out["scale_rewards"] = "none" if cfg.engine.advantage_estimator == "group_norm_no_std" else "group"
+    out["entropy_coef"] = float(rl.entropy_coeff)
     return out

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from grpo.config import GRPOConfig
-from grpo.engine import build, rewards
+from grpo.engine import build, lora, rewards
 from grpo.engine.data import Example, get_task
 from grpo.engine.evaluate import HeldOut
 from grpo.engine.hf_checkpoint import is_hf_folder, load_weights, save_weights
@@ -78,27 +78,72 @@ def load_hf(base: Base) -> tuple[Any, Any]:
 
 
 def copy_into(evaluator: Qwen2, hf_model: Any) -> Qwen2:
-    """The engine model holding ``hf_model``'s weights now (the parameter names are the same, by design)."""
-    state = {k: v for k, v in hf_model.state_dict().items() if k in evaluator.state_dict()}
-    evaluator.load_state_dict(state, strict=False)
+    """The engine model holding ``hf_model``'s weights now (the parameter names are the same, by design); a peft
+    model's adapters are merged for the copy (``merge_adapter``) and unmerged after it."""
+    peft = hasattr(hf_model, "merge_adapter")
+    if peft:
+        hf_model.merge_adapter()
+    try:
+        own = hf_model.get_base_model() if peft else hf_model
+        state = {k.replace(".base_layer.", "."): v for k, v in own.state_dict().items()}
+        state = {k: v for k, v in state.items() if k in evaluator.state_dict()}
+        missing = set(evaluator.state_dict()) - set(state)
+        if missing:  # an evaluation of other weights than the policy's would be silently wrong
+            raise RuntimeError(f"held-out evaluation: TRL's model has no {sorted(missing)[0]}")
+        evaluator.load_state_dict(state)
+    finally:
+        if peft:
+            hf_model.unmerge_adapter()
     return evaluator.eval()
+
+
+def peft_config(cfg: GRPOConfig) -> Any:
+    """GRPOTrainer's ``peft_config`` from MindSpeed-RL's LoRA keys as the embedded engine reads them
+    (grpo/engine/lora.py: rank, alpha, target modules mapped to the Qwen2 projections, no dropout); None
+    without LoRA."""
+    settings = lora.settings(cfg)
+    if settings is None:
+        return None
+    import peft
+
+    return peft.LoraConfig(
+        r=settings.r, lora_alpha=settings.alpha, target_modules=list(settings.modules), lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )  # fmt: skip
 
 
 def reward_functions(cfg: GRPOConfig) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
     """One TRL reward function per ``rl_config.verifier_function`` (named ``verifier_<name>``, TRL's metric name
-    ``rewards/verifier_<name>/mean``) and their ``verifier_weight``s as GRPOConfig's ``reward_weights``."""
+    ``rewards/verifier_<name>/mean``) and their ``verifier_weight``s as GRPOConfig's ``reward_weights``.
+
+    Each goes through ``rewards.score`` as on the embedded engine: a user function (``file.py:fn``, named by its
+    own name) gets TRL's own keyword arguments (the dataset's columns, ``completion_ids``, ``trainer_state``,
+    ``log_extra``, ``log_metric``); a dict's other keys are logged with ``log_metric`` as ``<name>/<key>``."""
     rl = cfg.rl_config
     names, weights = [str(v) for v in rl.verifier_function], [float(w) for w in rl.verifier_weight]
     funcs: list[Callable[..., list[float | None]]] = []
     for name in names:
+        user = rewards.load_user_reward(name) if rewards.is_user_ref(name) else None
 
         def func(
-            prompts: list[str], completions: list[str], label: list[str], _name: str = name, **_: Any
+            prompts: list[Any], completions: list[Any], _name: str = name, _user: Any = user, **columns: Any
         ) -> list[float | None]:
-            scores, _ = rewards.score(list(completions), list(label), [_name], [1.0])
-            out: list[float | None] = list(scores)
-            return out
+            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]  # conversational: messages
+            if _user is None:
+                scores, _ = rewards.score(texts, [str(x) for x in columns["label"]], [_name], [1.0])
+                return list[float | None](scores)
+            context = {k: columns.pop(k) for k in ("trainer_state", "log_extra", "log_metric") if k in columns}
+            ids = columns.pop("completion_ids", None)
+            rows = [{k: v[i] for k, v in columns.items()} for i in range(len(texts))]
+            labels = [str(r.get("label", "")) for r in rows]
+            values, metrics = _user.score(prompts, texts, labels, rows, ids, **context)
+            log_metric = context.get("log_metric")
+            for key, per in metrics.items():
+                kept = [v for v in per if v == v]  # NaN: the sample's dict had no such key
+                if log_metric is not None and kept:
+                    log_metric(key, sum(kept) / len(kept))
+            return values
 
-        func.__name__ = f"verifier_{name}"
+        func.__name__ = f"verifier_{user.name if user is not None else name}"
         funcs.append(func)
     return funcs, weights

@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         return stop_file.exists() or not _alive(watched)
 
     try:
-        out: dict = {"summary": TrlBackend().run_here(cfg, run_dir, lambda i, m: should_stop(), should_stop)}
+        processes = int(job.get("num_processes", 1))  # the batch plan divides by them (backend.batch_plan)
+        summary = TrlBackend().run_here(cfg, run_dir, lambda i, m: should_stop(), should_stop, processes)
+        out: dict = {"summary": summary}
         code = 0
     except TrialFailed as err:
         out, code = {"failed": err.reason, "lines": err.last_log_lines}, 1
