@@ -28,6 +28,7 @@ syntax check of the group files is cached by file content.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import warnings
 from collections import OrderedDict
@@ -436,6 +437,15 @@ def config_from_dict(data: dict[str, Any], source: str = "config", user_keys: Co
     return cfg
 
 
+_SPLIT = re.compile(r"^([+~]{0,2}(?:megatron_training\.)?split)=(\d+(?:\.\d+)?(?:,\d+(?:\.\d+)?)+)$")
+
+
+def quote_split(overrides: Sequence[str]) -> list[str]:
+    """``megatron_training.split=80,20,0`` as the string it means (quoted), not Hydra's sweep over three values:
+    MindSpeed's split is one string of percentages, so it works unquoted on the command line."""
+    return [_SPLIT.sub(r"\1='\2'", o) for o in overrides]
+
+
 def load_config(
     name_or_path: str | os.PathLike[str],
     overrides: Sequence[str] = (),
@@ -447,6 +457,7 @@ def load_config(
     or ``$GRPO_CONFIG_DIR``, then the shipped configs) or a path to a YAML file; ``overrides`` are Hydra
     override strings. Raises UserError (every problem in ``problems``) on any user mistake.
     """
+    overrides = quote_split(overrides)
     path = resolve_target(name_or_path, config_dir)
     source = _display(path)
     primary = _load_yaml(path)

@@ -5,22 +5,31 @@ the engine accepts the config. ``Run`` (trainer.py) calls it first, and the swee
 every sampled point, so a config the engine refuses fails before any trial runs. What depends on files
 (``actor_config.load``, a dataset, a tokenizer folder) or on the machine (``engine.device``) is checked
 when the run starts.
+
+``own_run_checks(cfg, base_dir)`` is the exception, for ``validate`` and the sweep's preflight: it reads the
+dataset and the held-out file (their format and first record) and imports and tries the user's reward functions
+in a child process (``rewards/probe.py``).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 from grpo.config import GRPOConfig, ModelConfig
 from grpo.config.hf_model import folder_model_type
 from grpo.config.schedule import problems as schedule_problems
 from grpo.engine.coverage import refusals
 from grpo.engine.data import ArithmeticTask, Example
+from grpo.engine.datasets import read_examples
 from grpo.engine.lora import config_problems as lora_config_problems
 from grpo.engine.prompt import build_prompt
-from grpo.engine.rewards import VERIFIERS
+from grpo.engine.rewards import VERIFIERS, is_user_ref
+from grpo.engine.rewards.custom import anchored
+from grpo.engine.rewards.probe import probe
 from grpo.engine.tokenizer import build_task_tokenizer
 from grpo.engine.variants import problems as variant_problems
+from grpo.errors import UserError
 
 
 @lru_cache(maxsize=1)
@@ -67,8 +76,8 @@ def check_config(cfg: GRPOConfig) -> list[str]:
             f"engine does not have; use group_norm"
         )
     unscored = [
-        name for name in rl.verifier_function if name not in VERIFIERS
-    ]  # the registry loads optional verifiers here, not at import
+        name for name in rl.verifier_function if name not in VERIFIERS and not is_user_ref(name)
+    ]  # the registry loads optional verifiers here, not at import; user functions are imported by own_run_checks
     if "math_verify_reward" in unscored:  # scored only where the optional math-verify package imports
         unscored.remove("math_verify_reward")
         problems.append(
@@ -80,6 +89,12 @@ def check_config(cfg: GRPOConfig) -> list[str]:
             f"{source}: rl_config.verifier_function: the embedded engine does not score {', '.join(unscored)} "
             f"(it scores {', '.join(VERIFIERS)}); MindSpeed-RL does (backend: mindspeed)"
         )
+    if eng.task != "dataset":
+        problems += [
+            f"{source}: engine.{key}: reads a dataset, but engine.task is {eng.task}; set engine.task=dataset"
+            for key in ("eval_data_path", "data_fields")
+            if getattr(eng, key) is not None
+        ]
     if not rl.rule_reward:
         problems.append(
             f"{source}: rl_config.rule_reward: the embedded engine scores with rule rewards only; set rule_reward=true"
@@ -158,3 +173,45 @@ def check_config(cfg: GRPOConfig) -> list[str]:
                 f"after the warm-start demonstrations and engine.task_size={eng.task_size} (got {eng.eval_size})"
             )
     return problems
+
+
+def own_run_checks(cfg: GRPOConfig, base_dir: Path | None = None) -> tuple[list[str], list[str]]:
+    """(problems, notes) of a user's own data and reward functions: each dataset file's detected format and first
+    example as notes; an unreadable record, built-in verifiers on unlabelled rows, or a user function that does
+    not import or score as problems (one line each). ``base_dir`` anchors relative reward files (the spec's
+    folder)."""
+    source, rl, eng, mt = cfg._source, cfg.rl_config, cfg.engine, cfg.megatron_training
+    problems: list[str] = []
+    notes: list[str] = []
+    examples: list[Example] = []
+    if eng.task == "dataset":
+        for key, path in (("megatron_training.data_path", mt.data_path), ("engine.eval_data_path", eng.eval_data_path)):
+            if not path:
+                continue
+            try:
+                read = read_examples(path, fields=eng.data_fields, key=key)
+            except UserError as err:
+                problems.append(str(err))
+                continue
+            first = read[0]
+            notes.append(
+                f"{key}: {path}: {len(read)} records, format {', '.join(sorted(set(read.formats)))}; first: prompt "
+                f"{first.prompt[:60]!r}, label {first.label[:40]!r}"
+            )
+            builtin = [n for n in rl.verifier_function if not is_user_ref(n)]
+            if builtin and all(not e.label for e in read):
+                problems.append(
+                    f"{source}: rl_config.verifier_function: {builtin[0]} scores against a label, but {path} has no "
+                    f"label column; name it with engine.data_fields.label, or score with your own function only"
+                )
+            examples = examples or list(read)
+    refs = [(i, name) for i, name in enumerate(rl.verifier_function) if is_user_ref(name)]
+    if refs:
+        found, lines = probe(
+            [anchored(name, base_dir or Path.cwd()) for _, name in refs],
+            [f"{source}: rl_config.verifier_function[{i}]" for i, _ in refs],
+            examples,
+        )
+        problems += found
+        notes += lines
+    return problems, notes

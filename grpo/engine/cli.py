@@ -311,6 +311,9 @@ def main(argv: list[str] | None = None) -> None:
 
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    from grpo.config.compose import quote_split
+
+    sys.argv = [sys.argv[0], *quote_split(sys.argv[1:])]  # split=80,20,0 unquoted is the split, not a sweep
     try:
         precheck(sys.argv[1:])
         sys.argv = [sys.argv[0], *hydra_argv(sys.argv[1:])]

@@ -72,7 +72,11 @@ class Drawer:
 
         texts = self.tokenizer.decode_batch(batch.response_lists())
         labels = [e.label for e in examples for _ in range(n)]
-        scores, per_verifier = rewards.score(texts, labels, list(rl.verifier_function), list(rl.verifier_weight))
+        scores, per_verifier = rewards.score(
+            texts, labels, list(rl.verifier_function), list(rl.verifier_weight),
+            prompts=[e.messages or e.prompt for e in examples for _ in range(n)],
+            extras=[e.extra for e in examples for _ in range(n)],
+        )  # fmt: skip
         if v.overlong:  # added to the total as MindSpeed-RL does, in float64 before its float32 tensor
             penalty = dapo.overlong_penalty(
                 batch.response_lengths, v.rollout_max_tokens, v.overlong_buffer, v.overlong_factor

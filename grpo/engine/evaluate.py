@@ -68,7 +68,11 @@ class HeldOut:
             if n > 1:
                 out["eval/strict_format"] = sum(rewards.strict_format(t) > 0 for t in texts) / len(texts)
             rows = [k * n for k in range(min(SAMPLE_PROMPTS, len(self.examples)))]  # each prompt's first response
-            scores, _ = rewards.score([texts[r] for r in rows], [labels[r] for r in rows], *scoring)
+            shown_rows = [self.examples[r // n] for r in rows]
+            scores, _ = rewards.score(
+                [texts[r] for r in rows], [labels[r] for r in rows], *scoring,
+                prompts=[e.messages or e.prompt for e in shown_rows], extras=[e.extra for e in shown_rows],
+            )  # fmt: skip
             for r, reward in zip(rows, scores, strict=True):
                 example = self.examples[r // n]
                 shown.append(

@@ -55,7 +55,7 @@ from grpo._fs import SAMPLES_FILE, truncate_jsonl_after
 from grpo.config import GRPOConfig
 from grpo.config import schedule as schedule_mod
 from grpo.config.derived import fully_on_policy
-from grpo.engine import build, dapo, variants
+from grpo.engine import build, dapo, rewards, variants
 from grpo.engine import checkpoint as ckpt
 from grpo.engine import lora as lora_mod
 from grpo.engine import update as update_mod
@@ -273,7 +273,7 @@ class Run:
             "grpo/score/mean": float(score_t.mean()),
             "grpo/score/max": float(score_t.max()),
             "grpo/score/min": float(score_t.min()),
-            **{f"{name}_rewards/mean": sum(values) / len(values) for name, values in scored.per_verifier.items()},
+            **rewards.reward_means(scored.per_verifier),  # a user function's None (NaN) is left out of its mean
             "grpo/acc/mean": sum(correct) / len(correct),
             **update,
             "actor/kl_coef": kl_coef,

@@ -19,7 +19,9 @@ from grpo.engine.datasets._files import dataset_files, records
 from grpo.engine.datasets.formats import FORMATS, READERS, detect_format, fields_reader, read_record
 from grpo.errors import UserError
 
-__all__ = ["FORMATS", "Example", "Read", "detect_format", "read_examples", "read_file", "write_verl_parquet"]
+__all__ = [
+    "FORMATS", "VERL_COLUMNS", "Example", "Read", "detect_format", "read_examples", "read_file", "write_verl_parquet",
+]  # fmt: skip
 
 # Where a user's columns travel inside verl's extra_info (verl hands a reward function nothing else per row).
 VERL_COLUMNS = "grpo_columns"
@@ -65,7 +67,8 @@ def _verl_row(e: Example, index: int) -> dict[str, Any]:
     extra_info = dict(info) if isinstance(info, dict) else {}
     extra_info.setdefault("index", index)
     # The record's own columns and prompt text, for a TRL-style user reward run by the generated compute_score.
-    extra_info[VERL_COLUMNS] = json.dumps({"prompt": e.prompt, **e.extra}, default=str)
+    prompt = list(e.messages) if e.messages else e.prompt
+    extra_info[VERL_COLUMNS] = json.dumps({"prompt": prompt, **e.extra}, default=str)
     return {
         "data_source": str(e.extra.get("data_source", DEFAULT_DATA_SOURCE)),
         "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in messages],

@@ -422,6 +422,8 @@ def validate_spec(args: argparse.Namespace) -> int:
         when = spec.search[key].when
         table.add_row(key, repr(dist), json.dumps(when) if when else "")
     console.print(table)
+    for note in checks.notes:  # the user's dataset and reward functions as read
+        console.print(note, highlight=False, markup=False)
     size = space.grid_size()
     console.print(f"grid points: {f'{size:,}' if size is not None else 'continuous (no grid)'}")
     checked = checks.checked

@@ -15,6 +15,7 @@ import optuna
 from grpo.config import GRPOConfig, load_config
 from grpo.config.inert import lint_points
 from grpo.config.schedule import SCHEDULABLE
+from grpo.engine.check import own_run_checks
 from grpo.errors import UserError
 from grpo.sweep.backends import TrialBackend
 from grpo.sweep.run.pbt import explored_keys
@@ -85,6 +86,8 @@ class Preflight:
     inert: list[str] = field(default_factory=list)
     # The source study's best configurations that ``transfer`` enqueues (read from it, read-only).
     transfer: list[TransferPoint] = field(default_factory=list)
+    # The user's own data and reward functions as read (format, first record, what each function returned).
+    notes: list[str] = field(default_factory=list)
 
 
 def preflight(
@@ -103,6 +106,10 @@ def preflight(
     configs (``TrialBackend.launch_warnings``) is returned in ``warnings`` for the caller to show.
     """
     base_cfg = load_config(spec.base, list(spec.overrides))  # the base itself must be valid
+    # The user's dataset and reward functions (issue 41): read, imported in a child and tried on a few records.
+    own, notes = own_run_checks(base_cfg, spec.path.parent if spec.path else None)
+    if own:
+        raise UserError(own[0], own)
     searched = backend.check_search(space.keys, spec.source)  # a key the backend would not vary
     if searched:
         raise UserError(searched[0], searched)
@@ -134,7 +141,7 @@ def preflight(
     transferred = transfer_points(spec, space)  # a missing or unusable source study is one line
     warnings += branching.warnings
     lines = warnings + [f"{spec.source}: {line}" for line in inert]
-    return Preflight(base_cfg, checked, lines, inert, transferred)
+    return Preflight(base_cfg, checked, lines, inert, transferred, notes)
 
 
 @dataclass

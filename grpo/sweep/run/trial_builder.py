@@ -18,6 +18,7 @@ import yaml
 
 from grpo._fs import RESUME_KEYS, checkpoint_iteration, read_jsonl
 from grpo.config import GRPOConfig, load_config
+from grpo.engine.rewards.custom import anchored
 from grpo.errors import UserError
 from grpo.sweep.backends import RayOptions, TrialBackend
 from grpo.sweep.execution.trial_storage import RunStorage, join, local_folder, open_storage, run_path, study_location
@@ -28,7 +29,10 @@ from grpo.sweep.spec.space import SearchSpace
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
 # Config paths a Ray worker must see as absolute (it may run in another cwd or on another node).
-PATH_KEYS = ("megatron_training.data_path", "megatron_training.tokenizer_name_or_path", "actor_config.load")
+PATH_KEYS = (
+    "megatron_training.data_path", "megatron_training.tokenizer_name_or_path", "actor_config.load",
+    "engine.eval_data_path",
+)  # fmt: skip
 RESUME_OVERRIDES = tuple(f"{key}=false" for key in RESUME_KEYS)  # a run resuming from its own checkpoint
 
 
@@ -175,6 +179,9 @@ class TrialBuilder:
                     f"trial {number} branches from {segment.parent_dir}, which holds no checkpoint for seed {k}"
                 )
             cfg = load_config(base, [*fixed, *param_overrides, *extra])
+            # A user reward file is relative to the spec's folder; the trial may run anywhere (issue 41).
+            at = spec.path.parent if spec.path else Path.cwd()
+            cfg.rl_config.verifier_function = [anchored(n, at) for n in cfg.rl_config.verifier_function]
             if schedule:
                 cfg.schedule = schedule  # validated on assignment (grpo.config.schedule)
             run = SeedRun(seed=seed, cfg=cfg, run_dir=str(run_dir), storage=stored)

@@ -102,6 +102,18 @@ class MindSpeedBackend(TrialBackend):
             problems.append(f"{src}: mindspeed.path: not set (the MindSpeed-RL checkout to run cli/train_grpo.py from)")
         problems += check_checkpoint(cfg, settings, src).unnamed
         problems += launch_rule_problems(cfg)
+        users = [name for name in cfg.rl_config.verifier_function if ":" in name]  # file.py:fn (issue 41)
+        if users:
+            problems.append(
+                f"{src}: rl_config.verifier_function: {users[0]} is a user reward function; MindSpeed-RL has no reward "
+                "hook (its rule_verifier.py table only), so use backend embedded, trl or verl"
+            )
+        for key in ("eval_data_path", "data_fields"):  # MindSpeed-RL reads its own preprocessed data_path only
+            if getattr(cfg.engine, key) is not None:
+                problems.append(
+                    f"{src}: engine.{key}: MindSpeed-RL reads only its preprocessed megatron_training.data_path; "
+                    "remove it, or use backend embedded, trl or verl"
+                )
         eng = cfg.engine  # the engine's own switches; MindSpeed-RL has no such keys and would ignore them silently
         if eng.loss_agg_mode not in (None, "token-mean"):
             problems.append(
