@@ -137,7 +137,7 @@ class UserReward:
             value = value["score"]
         if value is None:
             return None
-        if isinstance(value, bool) or (not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
+        if not isinstance(value, (int, float)) and not hasattr(value, "__float__"):  # bools count, as in TRL and verl
             raise self._fail(f"returned {type(value).__name__} {value!r:.60} for sample {i}, not a number")
         number = float(value)
         if math.isnan(number):

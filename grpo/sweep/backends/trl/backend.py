@@ -339,8 +339,8 @@ def build_trainer(
         kwargs["max_completion_length"], cfg.generate_config.max_model_len - max_prompt
     )  # the engine's max_tokens (grpo/engine/trainer.py), so dr_grpo divides by the same constant
     dataset = datasets.Dataset.from_list(
-        [{"prompt": build_prompt(base.tokenizer, e), "label": e.label} for e in base.train_set]
-    )
+        [{**e.extra, "prompt": build_prompt(base.tokenizer, e), "label": e.label} for e in base.train_set]
+    )  # the dataset's other columns reach user reward functions by name, as in TRL (issue 41)
     funcs: list[Any] = list(reward_functions(cfg)[0])  # weights: GRPOConfig's reward_weights (render)
     args = trl.GRPOConfig(**kwargs)
     if args.world_size != processes:  # the batch plan divides by the processes the backend was told
