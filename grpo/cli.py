@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from grpo.errors import StudyStopped, UserError, did_you_mean
 
-SUBCOMMANDS = ("run", "validate", "status", "best", "report", "export", "dashboard")
+SUBCOMMANDS = ("run", "validate", "status", "best", "report", "export", "dashboard", "init")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--format", choices=("csv", "parquet", "json"), default="csv")
     exp.add_argument("--out", help="output folder (default reports/<study>/export)")
 
+    init = sub.add_parser("init", help="write NAME.yaml: a sweep of your model, data and reward to start from")
+    init.add_argument("name", help="the study name; the spec is written to NAME.yaml (never overwritten)")
+    init.add_argument("--backend", required=True, choices=("embedded", "trl", "verl", "mindspeed"))
+    init.add_argument("--model", metavar="DIR", help="a Hugging Face model folder (config.json is the architecture)")
+    init.add_argument("--data", metavar="FILE", help="training records (GSM8K, MATH, verl parquet, TRL; jsonl/parquet)")
+    init.add_argument("--eval-data", metavar="FILE", help="held-out records, same formats")
+    init.add_argument("--reward", metavar="FILE:FUNCTION", help="your reward function (TRL or verl form)")
+
     dash = sub.add_parser("dashboard", help="serve the study in optuna-dashboard (Optuna's web UI)")
     dash.add_argument("spec")
     dash.add_argument("--host", default="127.0.0.1")
@@ -114,6 +122,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         check = EmbeddedBackend().check if args.backend == "embedded" else launch_rule_problems
         return cli_validate(args.target, args.overrides, section=args.section, check=check)
+    if args.command == "init":
+        from grpo.sweep.commands.init import cmd_init
+
+        return cmd_init(args)
     from grpo.sweep.commands import handlers as commands
 
     return getattr(commands, f"cmd_{args.command}")(args)
