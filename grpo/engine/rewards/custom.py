@@ -69,7 +69,10 @@ def ref_problem(ref: str) -> str | None:
 
 
 def anchored(ref: str, base_dir: Path) -> str:
-    """``ref`` with a relative file made absolute against ``base_dir`` (package references unchanged)."""
+    """``ref`` with a relative file made absolute against ``base_dir`` (verifier names, package references and
+    malformed entries unchanged)."""
+    if not is_user_ref(ref) or ref_problem(ref):
+        return ref
     body, form = parse_ref(ref)
     path = ref_path(body, base_dir)
     if path is None:
