@@ -21,8 +21,12 @@ QWEN_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+QWEN2_SPLIT = (  # transformers' qwen2/tokenization_qwen2.py PRETOKENIZE_REGEX
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
+    r"""|\s+(?!\S)|\s+"""
+)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-TOKENIZER_VOCAB = 320  # 256 bytes + 3 special tokens + merges; the model's vocab_size must be at least this
+TOKENIZER_VOCAB = 320  # at most: 256 bytes + 3 special tokens + the merges the corpus has (about 310 tokens)
 
 
 def _corpus(n: int = 1500, seed: int = 0) -> list[str]:
@@ -38,11 +42,19 @@ def _corpus(n: int = 1500, seed: int = 0) -> list[str]:
 
 
 def _train_tokenizer():  # -> transformers.PreTrainedTokenizerFast
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    # Qwen2's pipeline (transformers' Qwen2Tokenizer sets the same one for a qwen2 folder, so the tokenizer.json
+    # and AutoTokenizer agree): NFC, its split regex (digits one by one), then bytes.
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=TOKENIZER_VOCAB,
@@ -78,7 +90,9 @@ def make_qwen2_folder(
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a fixture: no "Writing model shards" bars in the tests' output
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer()
