@@ -149,3 +149,18 @@ def test_a_failing_job_is_a_trial_failure_with_its_log(cluster, tmp_path):
         _backend(STANDIN_NO_RAY="1", STANDIN_FAIL_AT="2").run(cfg, tmp_path / "run", lambda i, m: False, resume=False)
     assert "FAILED" in err.value.reason
     assert any("STANDIN_FAIL_AT" in line for line in err.value.last_log_lines)
+
+
+def test_a_job_that_ends_before_train_iters_is_a_failure(cluster, tmp_path):
+    """verl ends its loop after trainer.total_epochs too (the stand-in mirrors verl's epoch bound): a run that
+    stops there, short of train_iters, succeeded as a job but is no complete trial."""
+    from grpo.sweep.backends._base import TrialFailed
+
+    cfg = load_config("grpo_trainer_tiny_cpu", [*BASE, "engine.task_size=16", f"actor_config.save={tmp_path / 'ck'}"])
+    done = _backend(STANDIN_NO_RAY="1").run(cfg, tmp_path / "ok", lambda i, m: False, resume=False)
+    assert done["iterations"] == 4  # 16 rows, 8 per step: 2 steps per epoch, so the backend asks for 2 epochs
+    short = _backend(STANDIN_NO_RAY="1")
+    short.extra_overrides = ["trainer.total_epochs=1"]  # verl's own stop, before train_iters
+    with pytest.raises(TrialFailed) as err:
+        short.run(cfg, tmp_path / "short", lambda i, m: False, resume=False)
+    assert "succeeded at step 2 before step 4" in err.value.reason and "total_epochs=1" in err.value.reason

@@ -1,7 +1,7 @@
 """verl backend rendering: a trial's MindSpeed-RL keys as overrides over verl's ppo_trainer config."""
 
 from grpo.config import load_config
-from grpo.sweep.backends.verl._render import verl_overrides, verl_settings
+from grpo.sweep.backends.verl._render import trial_overrides, verl_settings
 
 
 def test_grpo_units_and_kl_as_loss():
@@ -28,8 +28,8 @@ def test_clip_low_high_always_written():
 
 def test_overrides_are_hydra_strings_and_stable():
     cfg = load_config("grpo_trainer_tiny_cpu")
-    first = verl_overrides(cfg)
-    assert first == verl_overrides(cfg) == sorted(first)
+    first = trial_overrides(cfg)
+    assert first == trial_overrides(cfg) == sorted(first)
     assert "actor_rollout_ref.actor.use_kl_loss=true" in first
 
 

@@ -89,8 +89,8 @@ def test_refused_and_no_effect_keys_before_verl():
     backend = VerlBackend()
     (line,) = backend.check(load_config(TINY, ["rl_config.adv_estimator=gae"]))
     assert "rl_config.adv_estimator" in line and "backend verl runs only 'group_norm'" in line
-    (searched,) = backend.check_search(["engine.task_size"], "s.yaml")
-    assert searched.startswith("s.yaml: search.engine.task_size: cannot change a verl run")
+    (searched,) = backend.check_search(["engine.warm_start_steps"], "s.yaml")
+    assert searched.startswith("s.yaml: search.engine.warm_start_steps: cannot change a verl run")
 
 
 def test_the_shipped_study_validates_through_verl():

@@ -10,8 +10,10 @@ Mirrored from verl-0.9.1's source (what is mirrored, and where; nothing else is)
   ``buffering=0`` (a resume truncates it), one ``orjson.dumps({"step": N, "data": {...}},
   option=OPT_SERIALIZE_NUMPY) + b"\\n"`` per step; tests/test_verl_standin.py runs verl's own FileLogger source
   and compares the bytes;
-- the step loop (``verl/trainer/ppo/v1/trainer_base.py`` ``fit``): steps 1..``trainer.total_training_steps``
-  (from the resumed step + 1), a save when ``save_freq > 0`` and (last step or ``step % save_freq == 0``),
+- the step loop (``verl/trainer/ppo/v1/trainer_base.py`` ``_init_dataloader`` and ``fit``): steps
+  1..``trainer.total_training_steps`` (from the resumed step + 1) while the epoch ``(step - 1) // steps_per_epoch``
+  is below ``trainer.total_epochs``, ``steps_per_epoch = len(train parquet) // data.train_batch_size`` (a
+  ZeroDivisionError when the file holds fewer rows than one batch, as in verl), a save when ``save_freq > 0`` and (last step or ``step % save_freq == 0``),
   validation metrics merged into the step's row when ``test_freq > 0`` and (last step or ``step % test_freq
   == 0``), ``val_before_train`` logging the start step;
 - the checkpoint layout (``_save_checkpoint``, ``utils/checkpoint/fsdp_checkpoint_manager.py``):
@@ -163,13 +165,17 @@ def main(argv: list[str]) -> int:
     model = float(loaded.get("model", 0.0))
     logger = FileLogger(trainer.project_name, trainer.experiment_name)
     total = int(trainer.total_training_steps)
+    import pyarrow.parquet as pq
+
+    steps_per_epoch = pq.read_metadata(config.data.train_files).num_rows // int(config.data.train_batch_size)
+    epoch = step // steps_per_epoch
     step_s = float(os.environ.get("STANDIN_STEP_S", "0.3"))
     fail_at = int(os.environ.get("STANDIN_FAIL_AT", "0"))
     rate = 0.15 * math.exp(-abs(math.log10(lr) + 6.0)) * (1.0 + clip)
     if trainer.val_before_train:
         logger.log({"val-core/standin/acc/mean@1": 1 - math.exp(-model)}, step)
     step += 1
-    while step <= total:
+    while epoch < int(trainer.total_epochs) and step <= total:
         is_last = step >= total
         t0 = time.monotonic()
         time.sleep(step_s)
@@ -196,6 +202,7 @@ def main(argv: list[str]) -> int:
         logger.log(data=metrics, step=step)
         print(f"step:{step} - critic/score/mean:{score:.4f}", flush=True)
         step += 1
+        epoch = (step - 1) // steps_per_epoch
     logger.finish()
     del worker
     return 0

@@ -1,13 +1,30 @@
 """One trial as Hydra overrides over verl 0.9.x's own ``ppo_trainer`` config (``verl.trainer.main_ppo``).
 
-Key names follow verl-0.9.1:verl/trainer/config/ppo_trainer.yaml and its actor/rollout/algorithm groups
-(see /work/shared/research/gpu-backends.md §1). Unit conversions are the point of this module:
+Key names follow verl 0.9.1's own config (github.com/volcengine/verl, tag v0.9.1: verl/trainer/config/ppo_trainer.yaml
+and its actor/, rollout/, data/ and algorithm groups; the dataclasses in verl/workers/config/ and
+verl/trainer/config/algorithm.py). Unit conversions and semantics are the point of this module:
 - verl's ``data.train_batch_size`` and ``actor.ppo_mini_batch_size`` both count prompts, as MindSpeed-RL's
   ``global_batch_size`` and ``mini_batch_size`` do (verl multiplies the mini batch by ``rollout.n`` itself);
 - verl's ``clip_ratio_low`` and ``clip_ratio_high`` both default to 0.2 and override ``clip_ratio``, so both
   are always written: without clip-higher each is ``clip_ratio``;
 - KL goes into the loss (``actor.use_kl_loss``) unless the trial puts it in the reward
-  (``algorithm.use_kl_in_reward`` with ``algorithm.kl_ctrl``), never both.
+  (``algorithm.use_kl_in_reward`` with ``algorithm.kl_ctrl``), never both;
+- Dr. GRPO's ``seq-mean-token-sum-norm`` divides by a constant, the rollout's ``max_tokens``, as the engine
+  (grpo/engine/loss.py) and TRL's ``dr_grpo`` do: verl's ``agg_loss`` divides by each micro batch's padded length
+  unless ``actor.loss_scale_factor`` is set, so it is set;
+- held-out evaluation means what it means on the embedded engine (grpo/engine/evaluate.py): ``eval/acc`` is the
+  fraction correct of ``EVAL_SAMPLES`` responses per held-out prompt sampled with the rollout's own sampling
+  parameters, so ``rollout.val_kwargs`` (greedy by default in verl) is set to them; verl runs one validation
+  configuration, so the engine's greedy ``eval/acc_greedy`` has no verl counterpart;
+- the seed: ``megatron_training.seed`` is the prompt order (``data.seed``: verl's sampler is unseeded without it),
+  the mini-batch shuffle's seed (``actor.data_loader_seed``, read when ``actor.shuffle``) and, unless
+  ``sampling_config.seed`` is set, vLLM's (``rollout.seed``), as on the engine;
+- DAPO's dynamic sampling (``algorithm.filter_groups``): verl 0.9.1's v1 trainer (``main_ppo``'s default,
+  ``trainer.use_v1``) refills prompts one by one until ``data.train_batch_size`` groups whose
+  ``filter_groups_metric`` scores are not all equal are kept, so that batch is MindSpeed-RL's
+  ``filter_groups_train_batch_size``;
+- LoRA (``model.lora_rank``, ``lora_alpha``, ``target_modules``) from MindSpeed-RL's ``lora_*`` keys, Megatron's
+  module names mapped to the Hugging Face projections as the engine maps them (grpo/engine/lora.py).
 
 ``launch_settings`` adds what verl leaves unset or mandatory (``rollout.name``, the micro batch sizes that
 default to None, the GPU count) and the run's length, checkpoints, evaluation and optimizer, so a trial never
@@ -20,12 +37,17 @@ from __future__ import annotations
 from typing import Any
 
 from grpo.config import GRPOConfig
+from grpo.engine import lora
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 REF = "actor_rollout_ref.ref"
 ROLLOUT_ENGINE = "vllm"  # MindSpeed-RL generates with vLLM; verl's rollout.name is mandatory (???)
 GPUS_PER_NODE = 8
+# Responses per held-out prompt behind eval/acc: the embedded engine's Trainer.evaluate(samples=4) default
+# (tests/test_verl_resolved.py checks they agree).
+EVAL_SAMPLES = 4
+MODEL = "actor_rollout_ref.model"
 # MindSpeed-RL's lr_decay_style -> verl's FSDP optim.lr_scheduler_type (FSDPOptimizerConfig: constant or cosine;
 # any other value is left for verl's own validation to refuse, naming actor_config.lr_decay_style).
 # MindSpeed-RL's kl_penalty names -> verl's kl_loss_type / kl_penalty names (verl: core_algos.kl_penalty).
@@ -77,13 +99,22 @@ def verl_settings(cfg: GRPOConfig) -> dict[str, Any]:
         "algorithm.norm_adv_by_std_in_grpo": cfg.engine.advantage_estimator != "group_norm_no_std",
         f"{ACTOR}.policy_loss.loss_mode": str(cfg.engine.policy_loss),
         f"{ACTOR}.shuffle": bool(rl.shuffle_mini_batch),
+        f"{ACTOR}.data_loader_seed": int(cfg.megatron_training.seed),
+        "data.seed": int(cfg.megatron_training.seed),
+        "data.shuffle": not cfg.megatron_training.no_shuffle,
         f"{ROLLOUT}.n": rl.n_samples_per_prompt,
         f"{ROLLOUT}.temperature": sc.temperature,
         f"{ROLLOUT}.top_p": sc.top_p,
         f"{ROLLOUT}.top_k": sc.top_k,
+        f"{ROLLOUT}.seed": int(sc.seed if sc.seed is not None else cfg.megatron_training.seed),
+        **_evaluation(cfg),
         f"{ROLLOUT}.gpu_memory_utilization": gen.gpu_memory_utilization,
         f"{ROLLOUT}.tensor_model_parallel_size": gen.infer_tensor_parallel_size,
     }
+    if out[f"{ACTOR}.loss_agg_mode"] == "seq-mean-token-sum-norm":
+        out[f"{ACTOR}.loss_scale_factor"] = int(sc.max_tokens)
+    out.update(_lora(cfg))
+    out.update(_dynamic_sampling(cfg))
     if in_reward:
         out["algorithm.kl_penalty"] = kl_type
         out["algorithm.kl_ctrl.type"] = rl.kl_ctrl_type
@@ -91,6 +122,43 @@ def verl_settings(cfg: GRPOConfig) -> dict[str, Any]:
         out["algorithm.kl_ctrl.target_kl"] = rl.kl_target
         out["algorithm.kl_ctrl.horizon"] = rl.kl_horizon
     return out
+
+
+def _evaluation(cfg: GRPOConfig) -> dict[str, Any]:
+    """``rollout.val_kwargs``: eval/acc's sampled responses (greedy when the rollout itself is greedy)."""
+    sc = cfg.generate_config.sampling_config
+    sampled = sc.temperature > 0
+    return {
+        f"{ROLLOUT}.val_kwargs.do_sample": sampled,
+        f"{ROLLOUT}.val_kwargs.n": EVAL_SAMPLES if sampled else 1,
+        f"{ROLLOUT}.val_kwargs.temperature": sc.temperature,
+        f"{ROLLOUT}.val_kwargs.top_p": sc.top_p,
+        f"{ROLLOUT}.val_kwargs.top_k": sc.top_k,
+    }
+
+
+def _lora(cfg: GRPOConfig) -> dict[str, Any]:
+    """verl's FSDP LoRA (peft) from MindSpeed-RL's keys; nothing when ``lora_target_modules`` is unset."""
+    settings = lora.settings(cfg)
+    if settings is None:
+        return {}
+    return {
+        f"{MODEL}.lora_rank": settings.r,
+        f"{MODEL}.lora_alpha": settings.alpha,
+        f"{MODEL}.target_modules": "[" + ",".join(settings.modules) + "]",
+    }
+
+
+def _dynamic_sampling(cfg: GRPOConfig) -> dict[str, Any]:
+    """``algorithm.filter_groups`` (see the module docstring); nothing when ``filter_groups_enable`` is off."""
+    rl = cfg.rl_config
+    if not getattr(rl, "filter_groups_enable", False):
+        return {}
+    return {  # long-tail keys (getattr): typed by the manifest, not by RLConfig
+        "algorithm.filter_groups.enable": True,
+        "algorithm.filter_groups.metric": str(getattr(rl, "filter_groups_metric", None)),
+        "data.train_batch_size": int(getattr(rl, "filter_groups_train_batch_size", 0)),
+    }
 
 
 def nodes(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:
@@ -120,8 +188,6 @@ def launch_settings(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> dict[str,
         "trainer.save_freq": int(mt.save_interval) if mt.save_interval else -1,
         "trainer.test_freq": int(cfg.engine.eval_every) if cfg.engine.eval_every else -1,
         "trainer.val_before_train": False,  # it would log step 0 (or the resumed step) with eval metrics only
-        f"{ACTOR}.data_loader_seed": int(mt.seed),
-        f"{ROLLOUT}.seed": int(cfg.generate_config.sampling_config.seed or mt.seed),
         f"{ACTOR}.optim.weight_decay": float(actor.weight_decay),
         f"{ACTOR}.optim.betas": f"[{float(actor.adam_beta1)},{float(actor.adam_beta2)}]",
         f"{ACTOR}.optim.clip_grad": float(actor.clip_grad),
@@ -141,11 +207,6 @@ def _hydra_value(value: Any) -> str:
 def as_overrides(settings: dict[str, Any]) -> list[str]:
     """``key=value`` Hydra overrides, sorted (a rerun is identical)."""
     return [f"{key}={_hydra_value(value)}" for key, value in sorted(settings.items())]
-
-
-def verl_overrides(cfg: GRPOConfig) -> list[str]:
-    """``key=value`` Hydra overrides for ``python -m verl.trainer.main_ppo`` (sorted, so a rerun is identical)."""
-    return as_overrides(verl_settings(cfg))
 
 
 def trial_overrides(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> list[str]:

@@ -77,6 +77,25 @@ SOURCES: dict[str, str] = {
     "trainer.total_training_steps": "megatron_training.train_iters",
     "trainer.save_freq": "megatron_training.save_interval",
     "trainer.test_freq": "engine.eval_every",
+    "trainer.total_epochs": "megatron_training.train_iters",
+    "data.seed": "megatron_training.seed",
+    "data.shuffle": "megatron_training.no_shuffle",
+    "data.train_files": "megatron_training.data_path",
+    "data.val_files": "megatron_training.split",
+    "actor_rollout_ref.actor.data_loader_seed": "megatron_training.seed",
+    "actor_rollout_ref.actor.shuffle": "rl_config.shuffle_mini_batch",
+    "actor_rollout_ref.actor.loss_scale_factor": "generate_config.sampling_config.max_tokens",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "engine.policy_loss",
+    "algorithm.norm_adv_by_std_in_grpo": "engine.advantage_estimator",
+    "algorithm.filter_groups.enable": "rl_config.filter_groups_enable",
+    "algorithm.filter_groups.metric": "rl_config.filter_groups_metric",
+    "actor_rollout_ref.rollout.val_kwargs.do_sample": "generate_config.sampling_config.temperature",
+    "actor_rollout_ref.rollout.val_kwargs.temperature": "generate_config.sampling_config.temperature",
+    "actor_rollout_ref.rollout.val_kwargs.top_p": "generate_config.sampling_config.top_p",
+    "actor_rollout_ref.rollout.val_kwargs.top_k": "generate_config.sampling_config.top_k",
+    "actor_rollout_ref.model.lora_rank": "megatron_training.lora_r",
+    "actor_rollout_ref.model.lora_alpha": "megatron_training.lora_alpha",
+    "actor_rollout_ref.model.target_modules": "megatron_training.lora_target_modules",
 }
 # Words verl's validate_config messages use for a value it computed from the keys above.
 ALIASES: dict[str, str] = {
@@ -155,17 +174,39 @@ def validate(overrides: list[str] | tuple[str, ...]) -> Any:
     """The trial's verl config, composed and validated by verl (raises what verl raises; VerlMissing without verl)."""
     verl_config, ppo_utils = _import_verl()
     cfg = apply(overrides)
+    checked = _lora_rank_checked_here(cfg)
     # validate_config prints a line per check and warns about deprecated keys: the preflight's output is ours
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         verl_config.validate_config(
-            config=cfg,
+            config=checked,
             use_reference_policy=ppo_utils.need_reference_policy(cfg),
             use_critic=ppo_utils.need_critic(cfg),
         )
         verl_config.omega_conf_to_dataclass(cfg.algorithm)  # AlgoConfig (the trainer builds it)
         verl_config.omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # RolloutConfig (the rollout workers)
     return cfg
+
+
+# verl-0.9.1:verl/workers/rollout/vllm_rollout/utils.py get_vllm_max_lora_rank: vLLM's MaxLoRARanks when vLLM is
+# not importable (its own fallback list).
+VLLM_MAX_LORA_RANK = 512
+
+
+def _lora_rank_checked_here(cfg: Any) -> Any:
+    """``cfg``, or where vLLM is not installed (a CPU driver) and LoRA is on, a copy with ``lora_rank`` 0 after
+    checking the rank as verl would: ``validate_config`` imports vLLM for that one check (a LoRA rank vLLM can
+    serve) and would fail here on the import, not on the config."""
+    import importlib.util
+
+    rank = int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0)
+    if rank <= 0 or cfg.actor_rollout_ref.rollout.name != "vllm" or importlib.util.find_spec("vllm") is not None:
+        return cfg
+    if rank > VLLM_MAX_LORA_RANK:
+        raise ValueError(f"lora_rank must be less than or equal to {VLLM_MAX_LORA_RANK}, but got {rank}")
+    copied = copy.deepcopy(cfg)
+    copied.actor_rollout_ref.model.lora_rank = 0
+    return copied
 
 
 def _message(err: BaseException) -> str:

@@ -39,18 +39,32 @@ import socket
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo._fs import checkpoint_iteration, truncate_jsonl_after
 from grpo.config import GRPOConfig
+from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
-from grpo.sweep.backends.verl import _launch, _render, _resume, coverage
+from grpo.sweep.backends.verl import _data, _launch, _render, _resume, _reward, coverage
 from grpo.sweep.backends.verl.log import VerlLogTail, project_metrics
 
 DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
 REPORTED_LINES = 30
 PROJECT = "grpo_sweep"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One job's overrides and what supervising it needs to know."""
+
+    overrides: list[str]
+    save_dir: Path
+    start: int  # the iteration it resumes from (0: fresh)
+    end: int  # the step it must reach: train_iters, or a pbt segment's end
+    epochs: int  # trainer.total_epochs
+    val_sources: dict[str, int]  # held-out rows per data_source
 
 
 class VerlBackend(TrialBackend):
@@ -105,7 +119,11 @@ class VerlBackend(TrialBackend):
 
     # ------------------------------------------------------------------ checks
     def check(self, cfg: GRPOConfig) -> list[str]:
-        problems = coverage.KEYS.refusals(cfg, cfg._source)
+        problems = coverage.KEYS.refusals(cfg, cfg._source) + coverage.dynamic_sampling_problems(cfg, cfg._source)
+        try:
+            problems += _data.problems(cfg)
+        except UserError as err:  # the dataset here cannot be read: the same error the trial would meet
+            problems.append(str(err))
         if cfg.engine.exit_interval:
             problems += self.branch_problems(cfg)
         if problems:
@@ -155,17 +173,22 @@ class VerlBackend(TrialBackend):
         elif not Path(str(model)).expanduser().is_dir():
             out.append(f"{cfg._source}: megatron_training.tokenizer_name_or_path: {model}: no such folder here")
         data = mt.data_path
-        if not data or not Path(str(data)).expanduser().exists():
+        if cfg.engine.task == "dataset" and (not data or not Path(str(data)).expanduser().exists()):
             out.append(
-                f"{cfg._source}: megatron_training.data_path: {data}: no such file here (backend verl reads it as "
-                "data.train_files, verl's parquet)"
+                f"{cfg._source}: megatron_training.data_path: {data}: no such file here (each verl trial reads it "
+                "where it launches and writes its rows as verl's parquet in its run folder)"
             )
         return out
 
     # ------------------------------------------------------------------ launch
-    def launch_overrides(self, cfg: GRPOConfig, run_dir: Path) -> tuple[list[str], Path, int]:
-        """(every override of the job, its checkpoint folder, the iteration it starts from)."""
+    def launch_overrides(self, cfg: GRPOConfig, run_dir: Path) -> Launch:
+        """Every override of the job (its rows written into ``run_dir`` first), and what supervising it needs."""
         actor, mt = cfg.actor_config, cfg.megatron_training
+        try:
+            data = _data.write(cfg, run_dir)
+        except UserError as err:
+            raise TrialFailed(str(err)) from None
+        epochs = _data.epochs(cfg, data.train_rows)
         save_dir = Path(str(actor.save or run_dir / "ckpt")).expanduser().resolve()
         overrides = _render.trial_overrides(cfg, self.gpus_per_node)
         overrides += [
@@ -174,9 +197,8 @@ class VerlBackend(TrialBackend):
         ]
         if mt.tokenizer_name_or_path:
             overrides.append(f"actor_rollout_ref.model.path={Path(str(mt.tokenizer_name_or_path)).expanduser()}")
-        if mt.data_path:
-            data = Path(str(mt.data_path)).expanduser()
-            overrides += [f"data.train_files={data}", f"data.val_files={data}"]
+        overrides += [f"data.train_files={data.train}", f"data.val_files={data.val}", f"trainer.total_epochs={epochs}"]
+        overrides += _render.as_overrides(_reward.reward_settings(cfg, run_dir))
         if cfg.engine.keep_checkpoints:
             overrides.append(f"trainer.max_actor_ckpt_to_keep={int(cfg.engine.keep_checkpoints)}")
         start = 0
@@ -197,21 +219,24 @@ class VerlBackend(TrialBackend):
             start = iteration
         else:
             overrides += _resume.fresh_overrides(save_dir)
-        interval = cfg.engine.exit_interval
+        end, interval = int(mt.train_iters), cfg.engine.exit_interval
         if interval:  # a pbt segment: verl stops (and saves: its last step always does) at the segment's end
-            end = min(int(mt.train_iters), (start // interval + 1) * interval)
+            end = min(end, (start // interval + 1) * interval)
             overrides = [o for o in overrides if not o.startswith("trainer.total_training_steps=")]
             overrides.append(f"trainer.total_training_steps={end}")
-        return overrides + self.extra_overrides, save_dir, start
+        overrides += self.extra_overrides
+        epochs = int(next(o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("trainer.total_epochs=")))
+        return Launch(overrides, save_dir, start, end, epochs, data.val_sources)  # epochs: the last one wins
 
     def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         run_dir = Path(trial_dir).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
-        overrides, save_dir, start = self.launch_overrides(cfg, run_dir)
-        _resume.write_lr_settings(save_dir, cfg.actor_config)
+        launch = self.launch_overrides(cfg, run_dir)
+        overrides = launch.overrides
+        _resume.write_lr_settings(launch.save_dir, cfg.actor_config)
         log_path = run_dir / "verl.jsonl"
         metrics_path = run_dir / "metrics.jsonl"
-        truncate_jsonl_after(metrics_path, start)
+        truncate_jsonl_after(metrics_path, launch.start)
         try:
             jobs = _launch.client(self.address)
         except Exception as err:
@@ -233,18 +258,12 @@ class VerlBackend(TrialBackend):
             log.write(
                 f"# grpo-sweep: ray job {submission_id}: {_launch.entrypoint(self.python, overrides, self.module)}\n"
             )
-        return self._supervise(jobs, submission_id, report, log_path, metrics_path, save_dir, start)
+        return self._supervise(jobs, submission_id, report, log_path, metrics_path, launch)
 
     def _supervise(
-        self,
-        jobs: Any,
-        submission_id: str,
-        report: ReportFn,
-        log_path: Path,
-        metrics_path: Path,
-        save_dir: Path,
-        start: int,
+        self, jobs: Any, submission_id: str, report: ReportFn, log_path: Path, metrics_path: Path, launch: Launch
     ) -> dict[str, Any]:
+        save_dir, start = launch.save_dir, launch.start
         tail = VerlLogTail(log_path)
         last_iteration, last_metrics, stopped = start, {}, False
         last_progress = time.monotonic()
@@ -257,7 +276,7 @@ class VerlBackend(TrialBackend):
                     for step, data in tail.poll():
                         if step <= last_iteration:
                             continue  # a step logged again after a resume, or verl's step-0 validation
-                        metrics = project_metrics(data)
+                        metrics = project_metrics(data, launch.val_sources)
                         bad = [k for k in DIVERGENCE_KEYS if k in metrics and not math.isfinite(metrics[k])]
                         if bad:
                             _launch.stop(jobs, submission_id)
@@ -300,6 +319,12 @@ class VerlBackend(TrialBackend):
         if last_iteration == start:
             raise TrialFailed(
                 f"verl job {submission_id} logged no step to {tail.path}", self._job_tail(jobs, submission_id)
+            )
+        if last_iteration < launch.end:  # verl ends its loop at total_epochs too, without a last save or evaluation
+            raise TrialFailed(
+                f"verl job {submission_id} succeeded at step {last_iteration} before step {launch.end} "
+                f"(megatron_training.train_iters; trainer.total_epochs={launch.epochs}): the run is incomplete",
+                self._job_tail(jobs, submission_id),
             )
         return summary
 

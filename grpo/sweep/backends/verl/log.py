@@ -7,8 +7,12 @@ keeping the rows it already had, so a trial's history survives its resumes; a st
 a resume is merged into the row it had (its values win).
 
 ``project_metrics`` adds the project's names (MindSpeed-RL's, docs/DESIGN.md) beside verl's own, from verl's
-metric_utils names: ``critic/score/mean`` is ``grpo/score/mean``, ``timing_s/step`` is ``timing/all``, a
-``val-core/<data source>/<acc|reward>/mean@N`` is ``eval/<acc|reward>``; verl's keys stay as logged.
+metric_utils names: ``critic/score/mean`` is ``grpo/score/mean``, ``timing_s/step`` is ``timing/all``; verl's keys
+stay as logged. Held-out evaluation: verl reports ``val-core/<data source>/<acc|reward>/mean@N`` per data source
+(``acc`` when the reward function reports one), the mean over N responses per held-out prompt sampled as
+``rollout.val_kwargs`` says (the trial's sampling parameters, N = _render.EVAL_SAMPLES: the engine's ``eval/acc``);
+``eval/acc`` (``eval/reward``) is their mean over the held-out rows, each source weighted by its rows, and
+``eval/prompts`` the number of held-out prompts, as the embedded engine reports them.
 """
 
 from __future__ import annotations
@@ -70,19 +74,27 @@ RENAMES = {
     "timing_s/step": "timing/all",
     "perf/throughput": "e2e_tps",
 }
-VAL_CORE = re.compile(r"^val-core/.+/(?P<name>acc|reward)/mean@\d+$")
+VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<name>acc|reward)/mean@\d+$")
 
 
-def project_metrics(data: dict[str, float]) -> dict[str, float]:
-    """verl's step metrics with the project's names added (verl's own kept)."""
+def project_metrics(data: dict[str, float], val_sources: dict[str, int] | None = None) -> dict[str, float]:
+    """verl's step metrics with the project's names added (verl's own kept); ``val_sources``: held-out rows per
+    data source (the weights of each source's eval mean; unknown sources weigh 1)."""
     out = dict(data)
     for theirs, ours in RENAMES.items():
         if theirs in data:
             out[ours] = data[theirs]
+    sums: dict[str, tuple[float, float]] = {}
     for key, value in data.items():
         match = VAL_CORE.match(key)
         if match:
-            out.setdefault(f"eval/{match['name']}", value)
+            weight = float((val_sources or {}).get(match["source"], 1))
+            total, weights = sums.get(match["name"], (0.0, 0.0))
+            sums[match["name"]] = (total + weight * value, weights + weight)
+    for name, (total, weights) in sums.items():
+        out[f"eval/{name}"] = total / weights
+    if sums and val_sources:
+        out["eval/prompts"] = float(sum(val_sources.values()))
     return out
 
 
