@@ -8,7 +8,7 @@ A test compares the committed file with this output.
 from __future__ import annotations
 
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 from pydantic import AliasChoices, BaseModel
@@ -82,6 +82,8 @@ A null value means "not set": MindSpeed-RL's default applies and the key is not 
 
 def _type_name(annotation: Any) -> str:
     origin = get_origin(annotation)
+    if origin is Annotated:  # a validated type (rl_config.verifier_function's entries): its base type
+        return _type_name(get_args(annotation)[0])
     if origin is Literal:
         return "str" if all(isinstance(a, str) for a in get_args(annotation)) else "enum"
     if origin in (Union, types.UnionType):

@@ -255,6 +255,8 @@ applied(ENGINE, "the generated task, its size and seed, the warm start of the ti
         "task_seed", "warm_start_steps")  # fmt: skip
 applied(ENGINE, "held-out evaluation schedule and size (eval metrics only, not the training)", "eval_every",
         "eval_size")  # fmt: skip
+applied(ENGINE, "a dataset's held-out file and its column names (engine.task: dataset; grpo.engine.datasets)",
+        "eval_data_path", "data_fields")  # fmt: skip
 applied(ENGINE, "stops after an iteration divisible by it, evaluated and checkpointed (a segment of a longer run)",
         "exit_interval")  # fmt: skip
 applied(ENGINE, "old log-probs recomputed by a forward pass (MindSpeed-RL) or the sampler's", "recompute_old_logprobs")

@@ -93,6 +93,10 @@ class _RLConfigBase(Section):
             "Rule-reward functions, e.g. [acc, strict_format]; an entry may be a user's own function, "
             "path/to/file.py:function (relative to the spec's folder) or package.module:function (docs/your_run.md)."
         ),
+        json_schema_extra={
+            "allowed": ", ".join(f"`{name}`" for name in get_args(VerifierName)) + ", `file.py:function`, "
+            "`package.module:function`"
+        },
     )
     verifier_weight: list[float] = Field(
         default_factory=lambda: [1.0], description="Weight of each verifier_function, same length."
