@@ -11,7 +11,7 @@ else a running GCS; a GCS address needs its port), ``ray.util.client`` (``ray://
 driver failed against a ``ray start`` cluster with a token).
 
 The cluster's processes get their own temp dir, a throwaway HOME (no ~/.ray token of this machine is used)
-and ports picked free, and are stopped by SIGTERM to their ``ray start --block`` (which stops what it started),
+and every port picked free (tests run beside another Ray: ``_node_ports``), and are stopped by SIGTERM to their ``ray start --block`` (which stops what it started),
 then SIGKILL of their process groups; ``ray stop`` would stop every Ray on the machine.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -46,6 +47,36 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+        return True
+
+
+def _worker_ports(count: int = 40) -> list[str]:
+    """``ray start`` flags for a block of ``count`` free ports as the node's worker ports. Every Ray on a machine
+    hands its workers ports from the bottom of 10002-19999 up by default, so two clusters (another pytest-xdist
+    worker's local Ray) race for the same ones: the CI failure "Starting Ray client server failed". A random block
+    in 20000-22999 lies outside that range, Linux's ephemeral range (32768-60999, where bind(0) picks) and Ray's
+    client servers (23000-23999)."""
+    for _ in range(200):
+        start = random.randrange(20000, 23000 - count)
+        if all(_is_free(port) for port in range(start, start + count)):
+            return [f"--min-worker-port={start}", f"--max-worker-port={start + count - 1}"]
+    raise AssertionError("no block of free ports in 20000-22999")
+
+
+def _node_ports() -> list[str]:
+    """Every port of one ``ray start`` node picked free for this test (the fixed defaults, such as the dashboard
+    agent's 52365, would be shared with any other Ray on the machine)."""
+    named = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+             "metrics-export-port", "runtime-env-agent-port")  # fmt: skip
+    return [f"--{name}={_free_port()}" for name in named] + _worker_ports()
 
 
 # -- address forms (no cluster) --------------------------------------------------------------------------
@@ -258,12 +289,14 @@ def token_cluster():
     cluster = _Cluster()
     try:
         cluster.start(["--head", f"--port={cluster.gcs_port}", f"--ray-client-server-port={cluster.client_port}",
-                       "--num-cpus=0", "--include-dashboard=false", f"--dashboard-port={_free_port()}"], "head")
+                       "--num-cpus=0", "--include-dashboard=false", f"--dashboard-port={_free_port()}",
+                       *_node_ports()], "head")
         current = cluster.base / "head" / "ray_current_cluster"  # what `ray start --head` printed
         cluster.wait_for(current.is_file, "the head")
         cluster.address = current.read_text().strip()
         assert cluster.address.endswith(f":{cluster.gcs_port}")
-        cluster.start([f"--address={cluster.address}", "--num-cpus=2", '--resources={"side": 1}'], "node")
+        cluster.start([f"--address={cluster.address}", "--num-cpus=2", '--resources={"side": 1}', *_node_ports()],
+                      "node")
         cluster.wait_for(lambda: cluster.alive_nodes() == 2, "the second node")
         yield cluster
     finally:

@@ -49,6 +49,7 @@ from grpo.sweep.spec.samplers import make_pruner, make_sampler
 from grpo.sweep.spec.space import SearchSpace, format_params
 from grpo.sweep.spec.start_points import stored_points
 from grpo.sweep.study import lease
+from grpo.sweep.study.outage import RetryingStorage, StorageUnreachable, retrying
 from grpo.sweep.study.retry import counts_toward_budget, fail_and_maybe_retry, is_confirmation
 from grpo.sweep.study.store import StudyStore, open_study
 from grpo.trial_attrs import PBT_SETTINGS, WALL_S
@@ -89,6 +90,15 @@ def run_study(
     if settings is not None:  # the budget: one trial per segment
         spec = spec.model_copy(update={"trials": settings.trials})
     study, _ = open_study(spec, base_config=checks.base_cfg.to_dict())
+    messages = Messages(progress, quiet)
+    # Every storage call from here on survives a lost connection up to the spec's bound (study/outage.py).
+    study = retrying(
+        study,
+        label=spec.storage_label(),
+        limit_s=spec.storage_retry_timeout,
+        resume=f"grpo-sweep run {spec.source}",
+        warn=messages.warn,
+    )
     if checks.inert or INERT_ATTR in study.user_attrs:  # the report's "why" section shows them
         study.set_user_attr(INERT_ATTR, checks.inert)
     if settings is not None and study.user_attrs.get(PBT_SETTINGS) != settings.as_attr():
@@ -97,7 +107,7 @@ def run_study(
     study.sampler = make_sampler(spec, space, seed=sampler_seed(spec, study, me))
     study.pruner = make_pruner(spec)
     builder = TrialBuilder(spec, space, backend, checks.base_cfg, (me["host"], me["pid"]), no_plan=no_plan)
-    driver = _Driver(spec, space, backend, study, builder, me, Messages(progress, quiet), progress, on_trial_finished)
+    driver = _Driver(spec, space, backend, study, builder, me, messages, progress, on_trial_finished)
     # After the sampler's seed (it counts the stored trials): a seeded new study proposes the same way with them.
     room = spec.start_points and len(study.get_trials(deepcopy=False)) < spec.trials
     if room and (added := driver.store.enqueue_start_points(stored_points(spec.start_points, space))):
@@ -166,6 +176,7 @@ class _Driver:
         self.objectives = Objectives.of(spec)
         self.interrupted = False
         self.io_error: OSError | None = None  # the driver could not write (storage or trial files)
+        self.outage: StorageUnreachable | None = None  # storage stayed unreachable past spec.storage_retry_timeout
         self.recorder = Recorder(spec, study, self.store, self.view, backend, builder, messages, on_trial_finished)
         self.last_beat = self.last_reap = time.monotonic()
         cluster = spec.cluster
@@ -178,11 +189,17 @@ class _Driver:
         self._reap()
         self.recorder.apply_retention()  # a resumed study: what ended before (the reaped trials now wait for a retry)
         with Interrupt() as interrupt:
+            storage = self.store.storage
+            if isinstance(storage, RetryingStorage):  # a Ctrl-C ends a wait for storage at once
+                storage.give_up = lambda: interrupt.count > 0
             try:
                 while True:
                     try:
                         if not self._turn(interrupt.count):
                             break
+                    except StorageUnreachable as err:
+                        self.outage = err
+                        break
                     except OSError as err:  # a full disk, a lost mount: stop as on Ctrl-C, resumable
                         if self.io_error is not None or not self.live:
                             self.io_error = self.io_error or err
@@ -192,11 +209,16 @@ class _Driver:
                         self.messages.say(f"I/O error in the driver: {err}; no new trials, the running ones stop")
             finally:
                 self.interrupted = interrupt.count > 0
-                with contextlib.suppress(OSError):  # storage unwritable: the next run reaps them (no attempt used)
+                if self.outage is not None:
+                    self._wind_down(interrupt)
+                # storage unwritable: the next run reaps them (no attempt used)
+                with contextlib.suppress(OSError, StorageUnreachable):
                     self._abandon_waiting()
                 self.sched.shutdown()
-                if self.progress is not None:
+                if self.progress is not None and self.outage is None:
                     self.progress.update(self.snapshot())
+        if self.outage is not None:
+            raise self.outage
         if self.io_error is not None:
             failed = self.io_error
             where = f"{failed.filename}: " if failed.filename else ""
@@ -204,6 +226,21 @@ class _Driver:
                 f"{where}{failed.strerror or failed}: the driver stopped the study; the running trials stopped and "
                 "resume when you rerun the same command (free space first)"
             )
+
+    def _wind_down(self, interrupt: Interrupt) -> None:
+        """Storage is gone: every running trial stops at its next iteration (a second Ctrl-C kills them) and the
+        driver waits for them, recording nothing; the next run reaps them and resumes them from their checkpoints."""
+        self.messages.warn("storage unreachable past storage_retry_timeout: stopping the running trials")
+        for live in self.live.values():
+            if live.stop_reason is None:
+                self._stop(live, Stop(StopReason.INTERRUPTED))
+        running = {key for live in self.live.values() for key in live.job_keys()}
+        while running:
+            if interrupt.count >= 2:
+                for key in running:
+                    self.sched.kill(key)
+            finished, _ = self.sched.poll(POLL_S)
+            running -= {fin.key for fin in finished}
 
     def _turn(self, interrupts: int) -> bool:
         """One turn of the loop, phase by phase; False when the study is done here."""

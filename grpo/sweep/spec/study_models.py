@@ -101,6 +101,9 @@ class SweepSpec(_Strict):
     backend: str = "embedded"
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     storage: str | None = None
+    # Seconds the driver keeps retrying a storage it lost the connection to (a database restart, a failover)
+    # before it stops its trials and exits, resumable (grpo/sweep/study/outage.py).
+    storage_retry_timeout: float = Field(300, gt=0)
     # Where trial runs (checkpoints, logs) are kept: a path or URI every node sees (grpo.sweep.execution.trial_storage);
     # null: in the trial dirs under the study dir. load.py checks the value.
     trial_storage: str | None = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 import warnings
@@ -30,11 +31,13 @@ from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
 
+from grpo._imports import source_file
 from grpo._optuna_private import append_user_attrs, batch_supported, planned_params, refresh_cached_attrs, storage_of
 from grpo.errors import UserError, first_line
 from grpo.sweep.spec.models import SweepSpec
 from grpo.sweep.spec.space import parse_expression
 from grpo.sweep.study.environment import collect_environment
+from grpo.sweep.study.outage import RetryingStorage
 from grpo.trial_attrs import (
     HEARTBEAT,
     OPTUNA_FAILED_TRIAL,
@@ -201,8 +204,26 @@ def _is_storage_error(err: Exception) -> bool:
     )
 
 
-def fingerprint(spec: SweepSpec) -> str:
-    """A hash of what makes trial values comparable: base, overrides, search space, objectives.
+# A user reward function in an override, a searched value or the base's verifier_function (issue 41).
+_REWARD_REF = re.compile(r"[\w./~-]+\.py:[A-Za-z_]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+:[A-Za-z_]\w*")
+
+
+def reward_files(spec: SweepSpec, base_config: dict[str, Any] | None = None) -> dict[str, str]:
+    """A hash of each user reward function's source file the study names (``file.py:fn`` relative to the spec's
+    folder, or ``package.module:fn``): a resumed study whose reward changed is another study."""
+    named = (base_config or {}).get("rl_config", {}).get("verifier_function") or []
+    texts = [*map(str, named), *spec.overrides, *(json.dumps(e.values, default=str) for e in spec.search.values())]
+    out: dict[str, str] = {}
+    for ref in sorted({m.split("@")[0] for text in texts for m in _REWARD_REF.findall(text)}):
+        path = source_file(ref, spec.path.parent if spec.path else None)
+        if path is not None:
+            out[ref] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return out
+
+
+def fingerprint(spec: SweepSpec, base_config: dict[str, Any] | None = None) -> str:
+    """A hash of what makes trial values comparable: base, overrides, search space, objectives, and the contents of
+    the user reward functions' files (``base_config``: the composed base, whose verifier_function may name some).
 
     The search space is hashed as parsed Optuna distributions, so reformatting an expression
     (spaces, ``1e-1`` vs ``0.1``) does not change it; trials, concurrency, seeds, sampler,
@@ -223,6 +244,9 @@ def fingerprint(spec: SweepSpec) -> str:
     }
     if spec.scheduler is not None:  # a pbt study's trials are segments of its population: not comparable otherwise
         payload["scheduler"] = spec.scheduler.model_dump()
+    rewards = reward_files(spec, base_config)
+    if rewards:  # absent without user functions: the fingerprints of earlier studies stay what they were
+        payload["reward_files"] = rewards
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -306,10 +330,11 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
     directions = [o.direction for o in spec.objectives]
     if existing is not None:
         old = existing.user_attrs.get("fingerprint")
-        if old is not None and old != fingerprint(spec):
+        if old is not None and old != fingerprint(spec, base_config):
             raise UserError(
-                f"{spec.path}: study '{spec.study}' was created from a different spec (base, overrides, search "
-                f"or objective changed); rerun with --fork NEW_NAME to start a new study from this spec"
+                f"{spec.path}: study '{spec.study}' was created from a different spec (base, overrides, search, "
+                f"objective or a reward function's file changed); rerun with --fork NEW_NAME to start a new study "
+                f"from this spec"
             )
         if [d.name.lower() for d in existing.directions] != directions:
             raise UserError(f"{spec.path}: objective: directions {directions} differ from the stored study's")
@@ -328,7 +353,7 @@ def _open_study(spec: SweepSpec, base_config: dict[str, Any]) -> tuple[optuna.St
         "sampler": spec.sampler.name,
         "pruner": spec.pruner.name,
         "study_dir": str(spec.study_dir),
-        "fingerprint": fingerprint(spec),
+        "fingerprint": fingerprint(spec, base_config),
         "backend": spec.backend,
         "environment": collect_environment(),
     }
@@ -346,6 +371,11 @@ class StudyStore:
         self._study_id: int | None = None
         self._ids: dict[int, int] = {}  # trial number -> storage id (ids never change)
 
+    @property
+    def storage(self) -> BaseStorage:
+        """The study's storage (a ``RetryingStorage`` in a driver: grpo.sweep.study.outage)."""
+        return self._storage
+
     def _id(self, trial: FrozenTrial | optuna.Trial) -> int:
         """The trial's storage id, by Optuna's public lookups (once per trial)."""
         found = self._ids.get(trial.number)
@@ -360,8 +390,17 @@ class StudyStore:
         """User attrs on a trial, written together: on a journal, one append (one lock, one fsync) for all of
         them instead of one each; on other storages, one write each. An ``optuna.Trial`` sees them at once."""
         storage = self._storage
-        if len(attrs) > 1 and batch_supported(storage):
-            append_user_attrs(storage, self._id(trial), attrs)  # type: ignore[arg-type]  # a JournalStorage
+        inner = storage.inner if isinstance(storage, RetryingStorage) else storage
+        if len(attrs) > 1 and batch_supported(inner):
+            trial_id = self._id(trial)
+
+            def write() -> None:
+                append_user_attrs(inner, trial_id, attrs)  # type: ignore[arg-type]  # a JournalStorage
+
+            if isinstance(storage, RetryingStorage):
+                storage.run(write)
+            else:
+                write()
             if isinstance(trial, optuna.Trial):
                 refresh_cached_attrs(trial, attrs)
         elif isinstance(trial, optuna.Trial):
