@@ -251,7 +251,7 @@ def test_empty_or_malformed_dataset_is_a_user_error(cache_dir, tmp_path):
     cfg = load_config(
         "grpo_trainer_tiny_cpu", small(cache_dir, **{"engine.task": "dataset", "megatron_training.data_path": str(bad)})
     )
-    with pytest.raises(UserError, match=f"{bad}:2: megatron_training.data_path: record has no label field"):
+    with pytest.raises(UserError, match=f"{bad}:2: megatron_training.data_path: mindspeed record: record has no label"):
         train(cfg, tmp_path / "run")
 
 
