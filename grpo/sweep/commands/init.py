@@ -105,7 +105,8 @@ def _check(args: argparse.Namespace) -> Choices:
         hf = read_model_folder(folder, key, "grpo-sweep init --model").config
         params, max_positions = parameter_count(hf), hf.get("max_position_embeddings")
     for flag, value in (("--data", args.data), ("--eval-data", args.eval_data)):
-        if value and not Path(value).expanduser().exists():
+        # MindSpeed-RL's data is a Megatron prefix (PREFIX_packed_*.bin), read on its nodes: not checked here.
+        if value and backend != "mindspeed" and not Path(value).expanduser().exists():
             raise UserError(f"{value}: grpo-sweep init: {flag}: no such file")
     reward = None
     if args.reward:
