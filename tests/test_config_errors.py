@@ -129,7 +129,7 @@ def test_missing_file_and_unknown_name():
 def test_unknown_layout_lists_available():
     assert problems("grpo_trainer_tiny_cpu", ["layout=tp3_pp1"]) == [
         f"{TINY}: layout: unknown layout 'tp3_pp1' "
-        "(available: tp1_pp1_cpu, tp2_pp2, tp4_pp1, tp4_pp2, tp8_pp1)"]
+        "(available: tp1_pp1, tp1_pp1_cpu, tp2_pp2, tp4_pp1, tp4_pp2, tp8_pp1)"]
     with pytest.raises(UserError, match=r"layout: unknown layout 'tp3_pp1'"):
         load_config("grpo_trainer_tiny_cpu", ["layout=tp3_pp1"])
 

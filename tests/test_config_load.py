@@ -87,7 +87,7 @@ def test_model_group_override_switches_the_model():
     switched = load_config("grpo_trainer_qwen25_7b_A3", overrides)
     assert list(switched.model) == ["qwen25_32b"] and switched.layout == "tp8_pp1"
     assert switched.to_dict() == load_config("grpo_trainer_qwen25_7b_A3", overrides).to_dict()  # cached = fresh
-    with pytest.raises(UserError, match=r"model: unknown model 'qwen9' \(available: deepseekv3_671b, qwen25_32b, qwen25_7b, qwen3_235b_a22b, "
+    with pytest.raises(UserError, match=r"model: unknown model 'qwen9' \(available: deepseekv3_671b, qwen25_0_5b, qwen25_32b, qwen25_7b, qwen3_235b_a22b, "
                        r"qwen3_30b_a3b, qwen3_8b, tiny_qwen\)"):
         load_config("grpo_trainer_qwen25_7b_A3", ["model=[qwen9]"])
 
