@@ -32,10 +32,23 @@ from grpo.trial_attrs import CONFIRMATION_OF, PROMOTED_BASE
 STATE_ORDER = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 
 
+def _set_only(value: Any) -> Any:
+    """``value`` without its unset entries (None, {}, []) at any depth: the rules a spec set, not every rule."""
+    if not isinstance(value, dict):
+        return value
+    kept = {k: _set_only(v) for k, v in value.items()}
+    return {k: v for k, v in kept.items() if v not in (None, {}, [])}
+
+
+def _settings(value: dict[str, Any]) -> str:
+    return ", ".join(f"{k}=({_settings(v)})" if isinstance(v, dict) else f"{k}={fmt(v)}" for k, v in value.items())
+
+
 def _component_line(value: Any) -> str:
-    """A sampler/pruner attr (a name, or a dict like ``{"name": "tpe", "seed": 0}``) as one line."""
+    """A sampler/pruner attr (a name, or a dict like ``{"name": "tpe", "seed": 0}``) as one line, with only the
+    settings that are set: ``median (warmup_steps=2, collapse=(metric=eval/acc_greedy, below_base=0.1))``."""
     if isinstance(value, dict):
-        rest = ", ".join(f"{k}={fmt(v)}" for k, v in value.items() if k != "name" and v not in (None, {}, []))
+        rest = _settings({k: v for k, v in _set_only(value).items() if k != "name"})
         return f"{value.get('name', '?')}" + (f" ({rest})" if rest else "")
     return "-" if value is None else str(value)
 
@@ -178,6 +191,8 @@ def decision(snap: StudySnapshot, frames: Frames, decision: Decision, config_lin
     verdict = decision.verdict
     assert verdict is not None  # one objective and a best trial: there is a verdict
     metric = goals[0].metric
+    if verdict.tie:
+        return head + _tie(verdict, metric) + config + _compute(decision) + "</section>"
     parts = [
         f'<p class="winner big">Winner: {trial_link(best.number)}{escape(_stage(best))}: '
         f'{escape(metric)} = <span class="interval">{escape(verdict.winner_interval.text())}</span></p>',
@@ -224,6 +239,19 @@ def decision(snap: StudySnapshot, frames: Frames, decision: Decision, config_lin
     parts.append(config)
     parts.append(_compute(decision))
     return head + "".join(parts) + "</section>"
+
+
+def _tie(verdict: stats.Verdict, metric: str) -> str:
+    """No winner is crowned among trials that all reach the same value (every one at -1, say: a reward that
+    never paid): the page says so, and the trial it marks is only the first of them."""
+    return (
+        f'<p class="winner big tie">No winner: the trials tie. All {verdict.tie} trials ranked reach '
+        f'{escape(metric)} = <span class="interval">{escape(verdict.winner_interval.text())}</span>; '
+        "the search could not tell their settings apart (a reward that never varies gives every trial the same "
+        "value: see GRPO health).</p>"
+        f'<p class="note">Plots and the config below mark trial {trial_link(verdict.winner.number)}, the first of '
+        "them, only as an example.</p>"
+    )
 
 
 def promotion(p: Promotion) -> str:

@@ -163,8 +163,12 @@ class Verdict:
     runner_up_interval: Interval | None
     comparison: Comparison | None
     confirmed: bool  # decided among confirmation trials
+    # Every trial ranked shares the winner's mean (all at -1 with a reward that never paid, say): no winner.
+    tie: int = 0  # how many trials tie (0: no tie)
 
     def text(self) -> str:
+        if self.tie:
+            return f"no winner: the trials tie ({self.tie} trials at {self.winner_interval.text()})"
         head = f"best: trial {self.winner.number}, {self.winner_interval.text()}"
         if self.confirmed:
             head += " (confirmation stage)"
@@ -195,6 +199,11 @@ def verdict(trials: Sequence[FrozenTrial], direction: StudyDirection, objective:
     s = -1.0 if direction == StudyDirection.MAXIMIZE else 1.0
     order = sorted(pool, key=lambda t: (s * statistics.fmean(seed_values(t, objective).values()), t.number))
     winner = order[0]
+    best_mean = statistics.fmean(seed_values(winner, objective).values())
+    tied = all(
+        math.isclose(statistics.fmean(seed_values(t, objective).values()), best_mean, rel_tol=1e-12, abs_tol=1e-12)
+        for t in order
+    )
     # The runner-up is the best *other* configuration: a rerun of the winner's point is no rival to it.
     runner = next((t for t in order[1:] if configuration(t) != configuration(winner)), None)
     return Verdict(
@@ -204,4 +213,5 @@ def verdict(trials: Sequence[FrozenTrial], direction: StudyDirection, objective:
         runner_up_interval=trial_interval(runner, objective) if runner is not None else None,
         comparison=compare(winner, runner, direction, objective) if runner is not None else None,
         confirmed=pool is confirmations,
+        tie=len(order) if tied and len(order) > 1 else 0,
     )

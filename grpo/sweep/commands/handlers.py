@@ -170,8 +170,11 @@ def _print_summary(console: Console, spec: SweepSpec, study: optuna.Study) -> No
     if best is None or spec.multi_objective:
         return
     confirmed = any(t.user_attrs.get(CONFIRMATION_OF) is not None for t in trials)
-    found = verdict(comparable(study, trials), study.directions[0]) if confirmed else None
-    if found is not None:  # the winner of the confirmation stage, against its runner-up
+    found = verdict(comparable(study, trials), study.directions[0])
+    if found is not None and found.tie:  # every trial at the same value: no winner to name
+        console.print(found.text(), highlight=False)
+        return
+    if found is not None and confirmed:  # the winner of the confirmation stage, against its runner-up
         console.print(found.text(), highlight=False)
         console.print(f"params: {found.winner.params}", highlight=False)
         return
@@ -441,7 +444,6 @@ def validate_spec(args: argparse.Namespace) -> int:
         for point in checks.transfer:
             console.print(f"  trial {point.source_trial} ({point.source_value:.4g}): {point.params}", highlight=False)
     base = checks.base_cfg
-    d = derive(base)
     iters = base.megatron_training.train_iters
     if spec.scheduler is not None:
         from grpo.sweep.run.pbt import Settings, explored_keys
@@ -454,8 +456,12 @@ def validate_spec(args: argparse.Namespace) -> int:
             f"the top, exploring {', '.join(explored_keys(space.keys)) or 'nothing'}"
         )
         iters = pop.interval  # per segment
+    # The search may vary the rollouts (n_samples_per_prompt, global_batch_size): their range over the feasible
+    # points checked (the base config's value need not be one of them).
+    rollouts = sorted({derive(c).rollouts_per_iteration for c in checks.configs or [base]})
+    shown = f"{rollouts[0]}" if len(rollouts) == 1 else f"{rollouts[0]}-{rollouts[-1]}"
     console.print(
-        f"per trial: {iters} iterations x {d.rollouts_per_iteration} rollouts x {spec.seeds} seed(s) run at once; "
+        f"per trial: {iters} iterations x {shown} rollouts x {spec.seeds} seed(s) run at once; "
         f"study: {spec.trials} trials ~ {spec.trials * spec.seeds * iters} GRPO iterations"
     )
     if spec.confirm is not None:

@@ -88,6 +88,8 @@ class Preflight:
     transfer: list[TransferPoint] = field(default_factory=list)
     # The user's own data and reward functions as read (format, first record, what each function returned).
     notes: list[str] = field(default_factory=list)
+    # The configs of the feasible points checked (validate shows the ranges the search spans).
+    configs: list[GRPOConfig] = field(default_factory=list)
 
 
 def preflight(
@@ -132,6 +134,11 @@ def preflight(
     warnings = launch_warnings(backend, configs)
     inert = lint_points(configs[1:] or configs, space.keys)
     if checked and all(problems for _, problems in checked):
+        # Lines every point shares do not depend on the point (a backend package missing here, a fixed override
+        # the backend cannot run): they alone, not a "no feasible point" in front of the reason.
+        shared = [line for line in checked[0][1] if all(line in problems for _, problems in checked[1:])]
+        if shared and len(checked) > 1:
+            raise UserError(shared[0], shared)
         first = sorted({line for _, problems in checked for line in problems})
         raise UserError(
             f"{spec.path}: search: no point of the search space is feasible ({len(checked)} checked); e.g. {first[0]}",
@@ -141,7 +148,7 @@ def preflight(
     transferred = transfer_points(spec, space)  # a missing or unusable source study is one line
     warnings += branching.warnings
     lines = warnings + [f"{spec.source}: {line}" for line in inert]
-    return Preflight(base_cfg, checked, lines, inert, transferred, notes)
+    return Preflight(base_cfg, checked, lines, inert, transferred, notes, configs[1:])
 
 
 @dataclass
