@@ -168,7 +168,7 @@ def test_mindspeed_refuses_a_user_function_in_one_line(user_file):
     assert len(lines) == 1 and "MindSpeed-RL has no reward hook" in lines[0]
 
 
-def _spec(tmp_path: Path, functions: list[str], data: list[dict], backend: str = "embedded") -> Path:
+def _spec(tmp_path: Path, functions: list[str], data: list[dict], backend: str = "embedded", *extra: str) -> Path:
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
     spec = {
         "study": "own",
@@ -179,6 +179,7 @@ def _spec(tmp_path: Path, functions: list[str], data: list[dict], backend: str =
             f"megatron_training.data_path={tmp_path / 'train.jsonl'}",
             f"rl_config.verifier_function=[{','.join(repr(f) for f in functions)}]",
             f"rl_config.verifier_weight=[{','.join('1' for _ in functions)}]",
+            *extra,
         ],
         "search": {"rl_config.clip_ratio": "choice(0.2, 0.3)"},
         "objective": {"metric": "grpo/score/mean", "direction": "maximize", "reduce": "last"},
@@ -192,9 +193,12 @@ def _spec(tmp_path: Path, functions: list[str], data: list[dict], backend: str =
 GSM = [{"question": "Raj has 19 coins and finds 22 more?", "answer": "19 + 22 = 41\n#### 41"}] * 4
 
 
-def test_validate_shows_the_format_the_first_record_and_what_each_function_returns(user_file, tmp_path):
-    spec = _spec(tmp_path, ["acc", "my_rewards.py:const_reward", "my_rewards.py:compute_score"], GSM)
-    done = run_cli(["validate", str(spec)], cwd=tmp_path)  # relative to the spec's folder
+def test_verl_validate_shows_the_format_the_first_record_and_what_each_function_returns(user_file, tmp_path):
+    pytest.importorskip("verl")
+    functions = ["acc", "my_rewards.py:const_reward", "my_rewards.py:compute_score"]  # both forms, on verl
+    batch = ["megatron_training.global_batch_size=4", "rl_config.mini_batch_size=4", "actor_config.micro_batch_size=8"]
+    spec = _spec(tmp_path, functions, GSM, "verl", *batch, f"engine.eval_data_path={tmp_path / 'train.jsonl'}")
+    done = run_cli(["validate", str(spec)], cwd=tmp_path.parent)  # the reward file: relative to the spec's folder
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
     assert "format gsm8k; first: prompt 'Raj has 19 coins and finds 22 more?', label '41'" in out
