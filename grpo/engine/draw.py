@@ -98,7 +98,7 @@ class Drawer:
         v, n = self.v, self.cfg.rl_config.n_samples_per_prompt
         kept: list[dapo.Scored] = []
         have = found = batches = groups = 0
-        verifier_sums: dict[str, float] = defaultdict(float)
+        verifier_values: dict[str, list[float]] = defaultdict(list)
         responses = prompts = 0.0
         while have < v.filter_train_prompts:
             if 0 < v.filter_max_batches <= batches:  # RayDAPOTrainer.dynamic_sampling raises here
@@ -114,7 +114,7 @@ class Drawer:
             responses += float(scored.batch.response_lengths.sum())
             prompts += float(scored.batch.prompt_lengths.sum())
             for name, values in scored.per_verifier.items():
-                verifier_sums[name] += sum(values)
+                verifier_values[name] += values
             informative = dapo.kept_groups(scored.per_verifier[v.filter_metric], n).nonzero().flatten()
             found += len(informative)
             take = informative[: v.filter_train_prompts - have]  # the surplus of the last batch is dropped
@@ -122,7 +122,7 @@ class Drawer:
                 kept.append(scored.groups(take, n))
                 have += len(take)
         metrics = {
-            **{f"{name}_rewards/mean": total / (groups * n) for name, total in verifier_sums.items()},
+            **rewards.reward_means(verifier_values),  # every generated response's, as MindSpeed-RL accumulates
             "train/num_gen_batches": float(batches),
             "dynamic_sampling/kept_groups": float(found),
             "dynamic_sampling/kept_fraction": found / groups,

@@ -64,10 +64,12 @@ def problems(cfg: GRPOConfig) -> list[str]:
     src, rl, out = cfg._source, cfg.rl_config, []
     if _rl(cfg, "filter_groups_enable"):
         metric = _rl(cfg, "filter_groups_metric")
-        if metric not in rl.verifier_function:
+        # A user reward function (file.py:fn) is named by its function, as its metric is (issue 41).
+        names = [n.rpartition(":")[2].split("@")[0] if ":" in n else n for n in rl.verifier_function]
+        if metric not in names:
             out.append(
                 f"{src}: rl_config.filter_groups_metric: {metric!r} is not one of verifier_function "
-                f"{list(rl.verifier_function)}; dynamic sampling filters on one verifier's scores"
+                f"{names}; dynamic sampling filters on one verifier's scores"
             )
         train, most = _rl(cfg, "filter_groups_train_batch_size"), _rl(cfg, "filter_groups_max_batches")
         if not isinstance(train, int) or train < 1:
