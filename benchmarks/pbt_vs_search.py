@@ -433,7 +433,7 @@ def table_compute_fraction(table: Path, replays: int, jobs: int) -> dict[str, An
     default = next(r for r in rows if r.label == labels[1])
     mid, lo, hi = default.fraction[8]
     return {
-        "table": str(table),
+        "table": os.path.relpath(table, ROOT) if Path(table).resolve().is_relative_to(ROOT) else str(table),
         "table_commit": t.header.get("git_commit"),
         "replays": replays,
         "runs": 8,
@@ -651,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{frac['median']:.2f} [{frac['ci95'][0]:.2f}, {frac['ci95'][1]:.2f}] of random's compute at 8 runs to "
             f"reach random's best (target <= 1/3: {'met' if tab['met'] else 'not met'})"
         )
-    print(f"\nresults: {out}")
+    print(f"\nresults: {os.path.relpath(out, ROOT) if out.resolve().is_relative_to(ROOT) else out}")
     return 0
 
 

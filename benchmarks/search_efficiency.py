@@ -591,7 +591,7 @@ def verdict(rows: list[Row]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", type=Path, default=DEFAULT_TABLE)
-    ap.add_argument("--replays", type=int, default=100, help="replay seeds per combination (>= 50 for the README)")
+    ap.add_argument("--replays", type=int, default=100, help="replay seeds per combination (>= 50 for docs/benchmarks.md)")
     ap.add_argument("--gp-replays", type=int, default=50, help="replay seeds for GP (a GP fit per proposal is slow)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--horizon-runs", type=int, default=24, help="stop a replay after this many full runs' worth")

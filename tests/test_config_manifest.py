@@ -36,9 +36,9 @@ from grpo.config.schema import (
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "mindspeed_manifest.py"
-# Where a MindSpeed-RL checkout (a work tree or a bare git directory) may be: $MINDSPEED_RL_SOURCE first.
-CHECKOUTS = [os.environ.get("MINDSPEED_RL_SOURCE", ""), "/work/.mirror/Ascend+MindSpeed-RL/repo",
-             str(REPO.parent / "MindSpeed-RL")]
+# A MindSpeed-RL checkout (a work tree or a bare git directory; https://gitee.com/ascend/MindSpeed-RL), named by
+# $MINDSPEED_RL_SOURCE only: no guessed place on this machine.
+CHECKOUTS = [os.environ.get("MINDSPEED_RL_SOURCE", "")]
 
 NEEDS_A_VALUE = "MindSpeed-RL has no default (null fails at launch); ours is the GRPO reference's and is always rendered"
 # First-class fields whose default differs from MindSpeed-RL's on purpose: (manifest section, key) -> why.

@@ -1,6 +1,7 @@
 """grpo-sweep installs into MindSpeed-RL's own environment: the `mindspeed` extra, CI's 3.10 stage (.ci/setup310)
 and docs/npu.md name MindSpeed-RL's pins (its requirements.txt) for the packages both use, and the main
-dependency ranges admit them. Against the real requirements.txt where a MindSpeed-RL checkout or mirror is here."""
+dependency ranges admit them. Against the real requirements.txt of the MindSpeed-RL checkout or bare mirror that
+$MINDSPEED_RL_SOURCE names (https://gitee.com/ascend/MindSpeed-RL); without it, the pins below are checked alone."""
 
 import os
 import re
@@ -18,11 +19,7 @@ else:  # Python 3.10 (MindSpeed-RL's): tomli, pytest's own dependency there
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-CHECKOUTS = [
-    os.environ.get("MINDSPEED_RL_SOURCE", ""),
-    "/work/.mirror/Ascend+MindSpeed-RL/repo",
-    str(REPO.parent / "MindSpeed-RL"),
-]
+CHECKOUTS = [os.environ.get("MINDSPEED_RL_SOURCE", "")]  # only from the environment: no guessed place
 # MindSpeed-RL's requirements.txt at master 05a90d7, the lines naming a package grpo-sweep also depends on
 # (lines 3, 5, 8, 13, 23, 24).
 SHARED = {

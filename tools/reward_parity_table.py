@@ -1,10 +1,11 @@
 """Score crafted responses with MindSpeed-RL's own rule verifiers and write ``tests/data/reward_parity.yaml``.
 
-    python tools/reward_parity_table.py \\
+    python tools/reward_parity_table.py --mirror PATH \\
         --python /tmp/msrl_venv/bin/python --math-verify-python /tmp/msrl_mv_venv/bin/python
 
 The ground truth of ``tests/test_engine_rewards.py``. The script exports MindSpeed-RL's verifier files from a
-checkout (default: the bare mirror at /work/.mirror/Ascend+MindSpeed-RL/repo, read with ``git show``) into a
+checkout (``--mirror``, default ``$MINDSPEED_RL_SOURCE``: a clone of https://gitee.com/ascend/MindSpeed-RL, a
+work tree or a bare mirror, read with ``git show``; the table was made at its commit 05a90d7) into a
 temporary folder and runs them, unchanged, in scratch interpreters created OUTSIDE the project (never the
 project's venv):
 
@@ -36,7 +37,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRROR = Path("/work/.mirror/Ascend+MindSpeed-RL/repo")
 OUT = ROOT / "tests" / "data" / "reward_parity.yaml"
 FILES = (
     "mindspeed_rl/models/rule_verifier.py",
@@ -209,10 +209,12 @@ def run_worker(python: str, src: Path, names: list[str], stub_latex2sympy: bool)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mirror", type=Path, default=MIRROR, help="MindSpeed-RL git checkout or bare mirror")
+    source = os.environ.get("MINDSPEED_RL_SOURCE")
+    parser.add_argument("--mirror", type=Path, default=Path(source) if source else None,
+                        help="MindSpeed-RL git checkout or bare mirror (default: $MINDSPEED_RL_SOURCE)")  # fmt: skip
     parser.add_argument("--rev", default="HEAD")
-    parser.add_argument("--python", default="/tmp/msrl_venv/bin/python", help="scratch venv for the verifiers")
-    parser.add_argument("--math-verify-python", default="/tmp/msrl_mv_venv/bin/python")
+    parser.add_argument("--python", help="scratch venv's python for the verifiers (see the docstring)")
+    parser.add_argument("--math-verify-python", help="scratch venv's python with math-verify (optional)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--names", help=argparse.SUPPRESS)
@@ -221,6 +223,8 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.names.split(","), args.stub_latex2sympy)
         return
+    if args.mirror is None or args.python is None:
+        parser.error("--mirror (or MINDSPEED_RL_SOURCE) and --python are required")
 
     import yaml
 

@@ -3,7 +3,7 @@ incumbent.
 
 GRPO curves cross: a low learning rate starts slowly and often ends best, so a rung that compares runs at
 the same early iteration (successive halving, Hyperband) stops the eventual winner (LC-PFN arXiv:2310.20447;
-README, search efficiency). This stopper fits the saturating curve of grpo.sweep.spec.objectives.curve_fit
+docs/benchmarks.md, search efficiency). This stopper fits the saturating curve of grpo.sweep.spec.objectives.curve_fit
 to the running trial's objective metric (the mean over seeds at each evaluation every seed has reached, the
 base evaluation first), forecasts the objective at the run's last iteration with its interval, and stops
 the run only when that interval's upper bound lies below the lower bound of the incumbent: the best
