@@ -225,3 +225,14 @@ def test_a_trial_failure_that_is_a_config_error_is_not_retried(folder, tmp_path)
     assert is_config_failure(str(shape.value)) and is_config_failure(str(broadcast.value))
     assert is_config_failure("exit 1", tail) and is_config_failure("bad trial config: x.yaml: actor_config.load: ...")
     assert not is_config_failure("driver died: heartbeat lost", ["ray.exceptions.ActorDiedError: worker died"])
+
+
+def test_rope_scaling_in_the_folder_is_derived_and_refused_by_the_embedded_engine(folder, tmp_path):
+    scaled = _copy(folder, tmp_path / "yarn")
+    hf = json.loads((scaled / "config.json").read_text())
+    hf["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+    (scaled / "config.json").write_text(json.dumps(hf))
+    cfg = load_config(TINY, [f"actor_config.load={scaled}"])
+    arch = cfg.model_arch
+    assert (arch.rope_scaling_type, arch.rope_scaling_factor, arch.original_max_position_embeddings) == ("yarn", 4.0, 128)
+    assert [p for p in check_config(cfg) if "rope_scaling_type: RoPE scaling (yarn)" in p]

@@ -219,6 +219,14 @@ def derived_fields(found: ModelFolder) -> dict[str, Any]:
         out["add_qkv_bias"] = bool(hf.get("attention_bias", family.startswith("qwen2")))
         if family.startswith("qwen3"):
             out["qk_layernorm"] = True
+    scaling = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+    kind = (scaling.get("rope_type") or scaling.get("type")) if isinstance(scaling, dict) else None
+    if kind not in (None, "default"):  # MindSpeed-RL's names; the embedded engine refuses scaling in one line
+        out["rope_scaling_type"] = kind
+        if isinstance(scaling.get("factor"), (int, float)):
+            out["rope_scaling_factor"] = scaling["factor"]
+        if isinstance(scaling.get("original_max_position_embeddings"), int):
+            out["original_max_position_embeddings"] = scaling["original_max_position_embeddings"]
     experts = hf.get("num_experts") or hf.get("n_routed_experts")
     if isinstance(experts, int) and experts > 0:
         out["num_experts"] = experts
