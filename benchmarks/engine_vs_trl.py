@@ -52,6 +52,7 @@ from grpo.engine import rewards  # noqa: E402
 from grpo.engine.data import get_task  # noqa: E402
 from grpo.engine.hf_checkpoint import save_weights  # noqa: E402
 from grpo.engine.model import ModelArgs  # noqa: E402
+from grpo.engine.prompt import build_prompt  # noqa: E402
 from grpo.engine.tokenizer import build_task_tokenizer  # noqa: E402
 from grpo.engine.trainer import train  # noqa: E402
 from grpo.engine.warm_start import default_cache_dir, warm_started_policy  # noqa: E402
@@ -100,7 +101,7 @@ def run_trl(cfg, iters: int, work: Path, device: str) -> dict:
     fast.padding_side = "left"
 
     train_set, _ = get_task(cfg.engine.task).split(cfg.engine.task_size, 0, mt.seed)
-    ds = datasets.Dataset.from_list([{"prompt": tok.chat_prompt(e.prompt), "label": e.label} for e in train_set])
+    ds = datasets.Dataset.from_list([{"prompt": build_prompt(tok, e), "label": e.label} for e in train_set])
     lengths: list[int] = []
 
     def reward(prompts, completions, completion_ids, label, **kwargs):

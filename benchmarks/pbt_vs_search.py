@@ -271,10 +271,11 @@ def test_examples(cfg: Any, count: int) -> list[Any]:
 def greedy_accuracy(policy: Any, tokenizer: Any, cfg: Any, examples: list[Any], batch: int = 256) -> float:
     """Fraction of ``examples`` the policy answers correctly decoding greedily (the engine's evaluation)."""
     from grpo.engine import rewards
+    from grpo.engine.prompt import build_prompt
     from grpo.engine.rollout import SamplingParams, generate
 
     policy.eval()
-    ids = [tokenizer.encode(tokenizer.chat_prompt(e.prompt)) for e in examples]
+    ids = [tokenizer.encode(build_prompt(tokenizer, e)) for e in examples]
     room = cfg.generate_config.max_model_len - max(len(i) for i in ids)
     params = SamplingParams(max_tokens=min(cfg.generate_config.sampling_config.max_tokens, room), greedy=True)
     right = 0
