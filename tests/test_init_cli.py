@@ -153,3 +153,20 @@ def test_the_issue_demo_runs_to_a_report_on_a_cpu(user_dir):
                for line in f.read_text().splitlines()]  # fmt: skip
     assert metrics and all(m["score_rewards/mean"] == 0.5 for m in metrics if "score_rewards/mean" in m)
     assert all("eval/acc" in m for m in metrics if m["iteration"] % 2 == 0)  # held out: the split's part
+
+
+@pytest.mark.parametrize("backend", ["embedded", "trl"])
+def test_a_larger_model_gets_the_gpu_base_and_its_ranges(user_dir, capsys, backend):
+    """A folder of 500M parameters (stated: the fixture's weights stand in) on the GPU base, lengths cut to the
+    folder's 512 positions; the spec validates on that backend."""
+    from grpo.sweep.commands.init import Choices, spec_text
+
+    choices = Choices("big", user_dir / "big.yaml", backend, "model", 500_000_000, 512, "train.jsonl", None, None)
+    (user_dir / "big.yaml").write_text(spec_text(choices))
+    spec = yaml.safe_load((user_dir / "big.yaml").read_text())
+    assert spec["base"] == "grpo_trainer_gpu" and "cluster" in spec and "num_cpus" not in spec["cluster"]
+    assert spec["search"]["actor_config.lr"] == "tag(log, interval(3e-07, 1e-05))"
+    assert spec["search"]["rl_config.n_samples_per_prompt"] == "choice(4, 8, 16)"
+    assert "generate_config.max_model_len=512" in spec["overrides"]
+    capsys.readouterr()
+    assert sweep_main(["validate", "big.yaml"]) == 0, capsys.readouterr().err

@@ -184,8 +184,8 @@ def _overrides(c: Choices, small: bool) -> list[tuple[str, str]]:
     texts: list[str] = []
     if small:
         texts += SMALL_RUN
-        if c.backend == "trl":  # TRL always shuffles a generation before splitting it into mini batches
-            texts.append("rl_config.shuffle_mini_batch=true")
+    if c.backend == "trl":  # TRL always shuffles a generation before splitting it into mini batches
+        texts.append("rl_config.shuffle_mini_batch=true")
     if c.backend == "mindspeed" and c.params is not None and c.params < 2_000_000_000:
         texts.append("layout=tp1_pp1")  # a small model on one NPU (the base splits a 7B model four ways)
     texts += _lengths(c, small)
