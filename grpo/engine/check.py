@@ -22,6 +22,7 @@ from grpo.config.schedule import problems as schedule_problems
 from grpo.engine.coverage import refusals
 from grpo.engine.data import ArithmeticTask, Example
 from grpo.engine.datasets import read_examples
+from grpo.engine.datasets._files import dataset_files
 from grpo.engine.lora import config_problems as lora_config_problems
 from grpo.engine.prompt import build_prompt
 from grpo.engine.rewards import VERIFIERS, is_user_ref
@@ -175,18 +176,21 @@ def check_config(cfg: GRPOConfig) -> list[str]:
     return problems
 
 
-def own_run_checks(cfg: GRPOConfig, base_dir: Path | None = None) -> tuple[list[str], list[str]]:
+def own_run_checks(
+    cfg: GRPOConfig, base_dir: Path | None = None, *, data_here: bool = True
+) -> tuple[list[str], list[str]]:
     """(problems, notes) of a user's own data and reward functions: each dataset file's detected format and first
     example as notes; an unreadable record, built-in verifiers on unlabelled rows, or a user function that does
     not import or score as problems (one line each). ``base_dir`` anchors relative reward files (the spec's
-    folder)."""
+    folder). ``data_here`` false: trials read the dataset where they launch, so one missing here is skipped (the
+    backend's launch_warnings name it)."""
     source, rl, eng, mt = cfg._source, cfg.rl_config, cfg.engine, cfg.megatron_training
     problems: list[str] = []
     notes: list[str] = []
     examples: list[Example] = []
     if eng.task == "dataset":
         for key, path in (("megatron_training.data_path", mt.data_path), ("engine.eval_data_path", eng.eval_data_path)):
-            if not path:
+            if not path or not (data_here or _present(path, key)):
                 continue
             try:
                 read = read_examples(path, fields=eng.data_fields, key=key)
@@ -215,3 +219,11 @@ def own_run_checks(cfg: GRPOConfig, base_dir: Path | None = None) -> tuple[list[
         problems += found
         notes += lines
     return problems, notes
+
+
+def _present(path: str, key: str) -> bool:
+    try:
+        dataset_files(str(path), key)
+    except UserError:
+        return False
+    return True

@@ -47,6 +47,9 @@ class TrialBackend(abc.ABC):
       interpreter or weights here). Preflight shows them as warnings and launches anyway; ``run``
       must check them again on the node that launches and raise ``TrialFailed`` with the reason;
     - ``plans_memory``: whether the layout memory planner (``grpo.plan``) applies to its trials;
+    - ``reads_data_here``: the dataset files a config names are read on the machine running the check (False:
+      trials read them where they launch; preflight then skips a dataset missing here, and ``launch_warnings``
+      names it);
     - ``keeps_relative_paths``: relative data/tokenizer/checkpoint paths in a config are left as
       written (the backend resolves them itself); otherwise the driver makes them absolute against its
       working directory, since a Ray worker may run elsewhere.
@@ -54,6 +57,7 @@ class TrialBackend(abc.ABC):
 
     plans_memory: ClassVar[bool] = False
     keeps_relative_paths: ClassVar[bool] = False
+    reads_data_here: ClassVar[bool] = True
 
     @classmethod
     def from_spec(cls, spec: SweepSpec) -> TrialBackend:

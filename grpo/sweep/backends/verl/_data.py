@@ -21,6 +21,7 @@ from pathlib import Path
 from grpo.config import GRPOConfig
 from grpo.engine.data import Example, read_examples, split_by_percent, train_and_eval_examples
 from grpo.engine.datasets import DEFAULT_DATA_SOURCE, write_verl_parquet
+from grpo.engine.datasets._files import dataset_files
 from grpo.errors import UserError
 
 TRAIN_FILE = "verl_train.parquet"
@@ -68,15 +69,24 @@ def row_counts(cfg: GRPOConfig) -> tuple[int, int] | None:
     mt, eng = cfg.megatron_training, cfg.engine
     if eng.task != "dataset":
         return int(eng.task_size), int(eng.eval_size) if eng.eval_every else 0
-    if not mt.data_path or not Path(str(mt.data_path)).expanduser().exists():
+    if not mt.data_path or not present(str(mt.data_path), "megatron_training.data_path"):
         return None
     fields = tuple(sorted((eng.data_fields or {}).items()))
     train, held_out = _split(str(mt.data_path), fields, str(mt.split))
     if eng.eval_data_path:
-        if not Path(str(eng.eval_data_path)).expanduser().exists():
+        if not present(str(eng.eval_data_path), "engine.eval_data_path"):
             return train, 1  # not here: counted where the trial launches
         return train, _count(str(eng.eval_data_path), fields, "engine.eval_data_path")
     return train, held_out
+
+
+def present(path: str, key: str) -> bool:
+    """Whether this machine has the dataset ``path`` names (a file, a folder, a MindSpeed prefix)."""
+    try:
+        dataset_files(path, key)
+    except UserError:
+        return False
+    return True
 
 
 @lru_cache(maxsize=8)  # check() runs once per trial point of a validate: the file is read once

@@ -113,6 +113,8 @@ class VerlBackend(TrialBackend):
             extra_overrides=v.overrides,
         )
 
+    reads_data_here = False  # each trial reads its dataset where it launches (_data.write in run)
+
     def resources(self, cfg: GRPOConfig) -> RayOptions:
         """One CPU, no GPU: the job's own placement groups take the trial's GPUs (ray#47439)."""
         return {"num_cpus": 1}
@@ -172,12 +174,15 @@ class VerlBackend(TrialBackend):
             )
         elif not Path(str(model)).expanduser().is_dir():
             out.append(f"{cfg._source}: megatron_training.tokenizer_name_or_path: {model}: no such folder here")
-        data = mt.data_path
-        if cfg.engine.task == "dataset" and (not data or not Path(str(data)).expanduser().exists()):
-            out.append(
-                f"{cfg._source}: megatron_training.data_path: {data}: no such file here (each verl trial reads it "
-                "where it launches and writes its rows as verl's parquet in its run folder)"
-            )
+        if cfg.engine.task != "dataset":
+            return out
+        eval_data = cfg.engine.eval_data_path
+        for key, data in (("megatron_training.data_path", mt.data_path), ("engine.eval_data_path", eval_data)):
+            if (data or key != "engine.eval_data_path") and not (data and _data.present(str(data), key)):
+                out.append(
+                    f"{cfg._source}: {key}: {data}: no such dataset here (each verl trial reads it where it "
+                    "launches and writes its rows as verl's parquet in its run folder)"
+                )
         return out
 
     # ------------------------------------------------------------------ launch
