@@ -236,3 +236,29 @@ def test_rope_scaling_in_the_folder_is_derived_and_refused_by_the_embedded_engin
     arch = cfg.model_arch
     assert (arch.rope_scaling_type, arch.rope_scaling_factor, arch.original_max_position_embeddings) == ("yarn", 4.0, 128)
     assert [p for p in check_config(cfg) if "rope_scaling_type: RoPE scaling (yarn)" in p]
+
+
+def test_a_trial_that_fails_on_a_shape_mismatch_is_not_retried(folder, tmp_path):
+    """The issue's case, end to end: a folder whose weights pass validate's checks but not the model (one q_proj
+    of the wrong shape) fails its trial with torch's own shape error, once, with no retry."""
+    from safetensors.torch import load_file, save_file
+
+    from sweep_helpers import load, run_cli, write_spec
+
+    bad = _copy(folder, tmp_path / "bad")
+    state = load_file(str(bad / "model.safetensors"))
+    state["model.layers.1.self_attn.q_proj.weight"] = torch.zeros(16, 32)
+    save_file(state, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    data = _gsm8k(tmp_path / "train.jsonl")
+    overrides = [f"actor_config.load={bad}", "engine.task=dataset", f"megatron_training.data_path={data}",
+                 "megatron_training.train_iters=2", "megatron_training.global_batch_size=4",
+                 "rl_config.n_samples_per_prompt=4", "rl_config.mini_batch_size=2", "actor_config.micro_batch_size=4",
+                 "rl_config.max_prompt_length=64", "generate_config.max_model_len=96",
+                 "megatron_training.seq_length=96", "engine.eval_every=null", "engine.device=cpu"]  # fmt: skip
+    write_spec(tmp_path, overrides=overrides, trials=1, concurrency=1, retries=2, backend="embedded",
+               cluster={"address": "local", "num_cpus": 1})  # fmt: skip
+    run = run_cli(["s.yaml", "--quiet", "--no-report"], tmp_path, timeout=600)
+    assert run.returncode == 1 and "study s: 1 fail" in run.stdout, run.stdout + run.stderr
+    trials = load(tmp_path).trials
+    assert len(trials) == 1 and trials[0].state.name == "FAIL" and trials[0].user_attrs["retried"] is False
+    assert "The size of tensor a" in trials[0].user_attrs["failure_reason"]
