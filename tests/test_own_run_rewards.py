@@ -209,16 +209,16 @@ def test_verl_validate_shows_the_format_the_first_record_and_what_each_function_
 @pytest.mark.parametrize(
     ("functions", "data", "why"),
     [
-        (["my_rewards.py:raises"], GSM, r"rl_config\.verifier_function\[0\]: scoring the first 3 records: user code "
-         r"failed: reward function .*my_rewards\.py:raises: KeyError: 'missing' \(my_rewards\.py line"),
-        (["broken.py:f"], GSM, r"rl_config\.verifier_function\[0\]: .*broken\.py: importing it failed: NameError: "
-         r"name 'undefined_name' is not defined \(line 1\)"),
-        (["my_rewards.py:exits"], GSM, r"rl_config\.verifier_function\[0\]: .*my_rewards\.py:exits: importing the "
-         r"reward functions ended the process"),
+        (["my_rewards.py:raises"], GSM, r"own\.yaml: rl_config\.verifier_function\[0\]: scoring the first 3 records: "
+         r"user code failed: reward function .*my_rewards\.py:raises: KeyError: 'missing' \(my_rewards\.py line"),
+        (["broken.py:f"], GSM, r"own\.yaml: rl_config\.verifier_function\[0\]: .*broken\.py: importing it failed: "
+         r"NameError: name 'undefined_name' is not defined \(line 1\)"),
+        (["my_rewards.py:exits"], GSM, r"own\.yaml: rl_config\.verifier_function\[0\]: .*my_rewards\.py:exits: "
+         r"importing the reward functions ended the process"),
         (["acc"], [*GSM, {"question": "q", "answer": "no answer"}], r"train\.jsonl:5: megatron_training\.data_path: "
          r"gsm8k record: GSM8K answer has no '#### N'"),
-        (["acc"], [{"prompt": "p", "difficulty": 1}], r"rl_config\.verifier_function: acc scores against a label, "
-         r"but .*train\.jsonl has no label column"),
+        (["acc"], [{"prompt": "p", "difficulty": 1}], r"own\.yaml: rl_config\.verifier_function: acc scores against "
+         r"a label, but .*train\.jsonl has no label column"),
     ],
 )  # fmt: skip
 def test_bad_functions_and_records_are_one_line_at_validate(user_file, tmp_path, functions, data, why):

@@ -177,14 +177,15 @@ def check_config(cfg: GRPOConfig) -> list[str]:
 
 
 def own_run_checks(
-    cfg: GRPOConfig, base_dir: Path | None = None, *, data_here: bool = True
+    cfg: GRPOConfig, base_dir: Path | None = None, *, data_here: bool = True, source: str | None = None
 ) -> tuple[list[str], list[str]]:
     """(problems, notes) of a user's own data and reward functions: each dataset file's detected format and first
     example as notes; an unreadable record, built-in verifiers on unlabelled rows, or a user function that does
     not import or score as problems (one line each). ``base_dir`` anchors relative reward files (the spec's
     folder). ``data_here`` false: trials read the dataset where they launch, so one missing here is skipped (the
-    backend's launch_warnings name it)."""
-    source, rl, eng, mt = cfg._source, cfg.rl_config, cfg.engine, cfg.megatron_training
+    backend's launch_warnings name it). ``source`` starts the lines (the sweep spec; default: the config's file)."""
+    rl, eng, mt = cfg.rl_config, cfg.engine, cfg.megatron_training
+    source = source or cfg._source
     problems: list[str] = []
     notes: list[str] = []
     examples: list[Example] = []

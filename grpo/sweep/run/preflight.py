@@ -109,7 +109,9 @@ def preflight(
     """
     base_cfg = load_config(spec.base, list(spec.overrides))  # the base itself must be valid
     # The user's dataset and reward functions (issue 41): read, imported in a child and tried on a few records.
-    own, notes = own_run_checks(base_cfg, spec.path.parent if spec.path else None, data_here=backend.reads_data_here)
+    own, notes = own_run_checks(
+        base_cfg, spec.path.parent if spec.path else None, data_here=backend.reads_data_here, source=spec.source
+    )
     if own:
         raise UserError(own[0], own)
     searched = backend.check_search(space.keys, spec.source)  # a key the backend would not vary
