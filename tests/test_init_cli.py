@@ -46,6 +46,7 @@ FULL = ["--model", "model", "--data", "train.jsonl", "--eval-data", "test.jsonl"
     ("backend", "flags"),
     [
         ("embedded", []),
+        ("embedded", ["--data", "train.jsonl"]),  # the built-in tiny model on your data: lengths for real prompts
         ("embedded", FULL),
         ("trl", []),
         ("trl", FULL),

@@ -193,9 +193,9 @@ def _overrides(c: Choices, small: bool) -> list[tuple[str, str]]:
 
 
 def _lengths(c: Choices, small: bool) -> list[str]:
-    """Sequence lengths that fit the model: room for real prompts on the tiny CPU base (a tokenizer of its own),
-    and never beyond the folder's max_position_embeddings."""
-    if c.model is None:
+    """Sequence lengths that fit the model: room for real prompts on the tiny CPU base (your data, or a tokenizer
+    of its own; the base's own are for its generated task), never beyond the folder's max_position_embeddings."""
+    if c.model is None and c.data is None:
         return []
     base = 192 if small else 4096 if c.backend == "mindspeed" else 1536
     total = min(base, c.max_positions or base)
