@@ -21,6 +21,9 @@ def const_reward(prompts, completions, answer, **kwargs):
     assert all("####" in a for a in answer)  # the dataset's own column, by name, as TRL passes it
     return [0.25 for _ in completions]
 
+def picky(prompts, completions, **kwargs):  # fine at validate (its completions answer), fails in a trial
+    return [1.0 if "boxed" in c else {}["no boxed answer"] for c in completions]
+
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     assert ground_truth.isdigit()  # the label after '####', never the whole solution
     return {"score": 0.5, "calls": 1.0}
@@ -101,3 +104,18 @@ def test_a_trl_trial_scores_with_the_users_functions_unchanged(tmp_path, monkeyp
     assert len(trained) == 2
     assert all(m["const_reward_rewards/mean"] == 0.25 and m["compute_score_rewards/mean"] == 0.5 for m in trained)
     assert all(m["eval/prompts"] == HELD_OUT for m in trained)
+
+
+def test_a_reward_function_that_raises_in_a_trial_fails_it_with_its_line_and_no_retry(tmp_path, monkeypatch):
+    from grpo.errors import UserCodeError, is_user_code_failure
+    from grpo.sweep.backends.embedded import EmbeddedBackend
+
+    overrides = [o for o in _own_run(tmp_path, tmp_path) if not o.startswith("rl_config.verifier_")]
+    overrides += ["rl_config.verifier_function=[acc,'rewards.py:picky']", "rl_config.verifier_weight=[1,1]"]
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("grpo_trainer_tiny_cpu", overrides)
+    with pytest.raises(UserCodeError) as err:  # the worker records f"{type}: {message}" as the trial's reason
+        EmbeddedBackend().run(cfg, tmp_path / "run", lambda i, m: False, False)
+    reason = f"{type(err.value).__name__}: {err.value}"
+    assert "reward function rewards.py:picky: KeyError: 'no boxed answer' (rewards.py line 7:" in reason
+    assert is_user_code_failure(reason)  # record.py: no retry
