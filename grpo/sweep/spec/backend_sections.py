@@ -132,7 +132,7 @@ class VerlSpec(_Strict):
     """How backend verl launches a trial (docs/backend_verl.md): each trial is a Ray job running ``python -m
     module`` (verl's ``main_ppo``) with the trial's overrides, submitted to the Jobs API at ``address`` (default: the
     dashboard of the cluster the trial's worker is in). ``overrides`` are verl-native overrides every trial gets
-    last (a reward function, a rollout setting MindSpeed-RL has no key for); preflight validates them with the
+    last (a rollout setting MindSpeed-RL has no key for; not a key the trial sets); preflight validates them with the
     rest. A run that logs nothing for ``stall_timeout`` s is treated as stalled."""
 
     python: str | None = Field(None, min_length=1)  # the job's interpreter (a verl environment); default: this one
@@ -157,13 +157,16 @@ class TrlSpec(_Strict):
     ``accelerate`` runs ``accelerate launch [--config_file F] --num_processes N [extra_args] -m
     grpo.sweep.backends.trl.worker`` as its subprocess (several GPUs; DeepSpeed or FSDP through the accelerate
     config), asking Ray for ``num_processes`` GPUs. A stopped run has ``stop_grace`` s to end before its process
-    group is killed. ``config_file`` is relative to the spec's folder."""
+    group is killed. ``config_file`` is relative to the spec's folder. ``args``: TRL ``GRPOConfig`` fields every
+    trial gets beside the rendered ones (``loss_type: bnpo``, ``mask_truncated_completions: true``), validated
+    by constructing TRL's own GRPOConfig on the driver (trl/backend.py ``native_problems``)."""
 
     launcher: Literal["worker", "accelerate"] = "worker"
     num_processes: int = Field(1, ge=1)
     config_file: str | None = Field(None, min_length=1)
     extra_args: list[str] = Field(default_factory=list)
     stop_grace: float = Field(60, ge=0)
+    args: dict[str, Any] = Field(default_factory=dict)
 
     def problems(self, backend: str, source: str, spec_dir: Path) -> list[str]:
         """One line per setting that cannot work, naming its key (``load_spec`` calls it)."""

@@ -209,7 +209,7 @@ def _lora_rank_checked_here(cfg: Any) -> Any:
     return copied
 
 
-def _message(err: BaseException) -> str:
+def message(err: BaseException) -> str:
     """verl's message on one line: the innermost cause's (Hydra's instantiate wraps a dataclass's error), and for a
     bare ``assert`` the asserting source line."""
     inner = err
@@ -227,7 +227,7 @@ def _message(err: BaseException) -> str:
 
 def explain(err: BaseException, settings: dict[str, Any], source: str) -> str:
     """One line for verl's error: ``<source>: <grpo-sweep key>: verl refuses <verl key>=<value>: <verl's words>``."""
-    text = _message(err)
+    text = message(err)
     found: list[tuple[int, str, str | None]] = []  # (where in the message, grpo-sweep key, verl key)
     for verl_key, ours in SOURCES.items():
         leaf = verl_key.rsplit(".", 1)[-1]

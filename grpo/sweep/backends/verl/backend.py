@@ -47,7 +47,7 @@ from grpo._fs import checkpoint_iteration, truncate_jsonl_after
 from grpo.config import GRPOConfig
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
-from grpo.sweep.backends.verl import _data, _launch, _render, _resume, _reward, coverage
+from grpo.sweep.backends.verl import _data, _launch, _native, _render, _resume, _reward, coverage
 from grpo.sweep.backends.verl.log import VerlLogTail, project_metrics
 
 DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
@@ -72,8 +72,9 @@ class VerlBackend(TrialBackend):
 
     ``python`` is the interpreter the job runs (where trials launch; default: this one), ``module`` verl's entry
     (tests name the stand-in), ``address`` the Jobs API (default: the dashboard of the cluster the worker is in),
-    ``env`` the job's extra environment, ``extra_overrides`` verl-native overrides every trial gets last (a reward
-    function, a rollout setting a MindSpeed-RL config has no key for); the preflight validates them with the rest.
+    ``env`` the job's extra environment, ``extra_overrides`` verl-native overrides every trial gets last (a rollout
+    setting a MindSpeed-RL config has no key for; one of a key the trial sets is refused, ``_native``); the preflight
+    validates them with the rest, and ``spec_path`` is where they are written (a refusal names its line).
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class VerlBackend(TrialBackend):
         stall_timeout: float = 3600.0,
         poll_s: float = 0.5,
         extra_overrides: list[str] | None = None,
+        spec_path: Path | None = None,
     ):
         self.source = source
         self.python = python or sys.executable
@@ -98,6 +100,7 @@ class VerlBackend(TrialBackend):
         self.stall_timeout = stall_timeout
         self.poll_s = poll_s
         self.extra_overrides = list(extra_overrides or [])
+        self.spec_path = spec_path  # where verl.overrides are written (their errors name its line)
 
     @classmethod
     def from_spec(cls, spec: Any) -> VerlBackend:
@@ -111,6 +114,7 @@ class VerlBackend(TrialBackend):
             gpus_per_node=v.gpus_per_node,
             stall_timeout=v.stall_timeout,
             extra_overrides=v.overrides,
+            spec_path=spec.path,
         )
 
     reads_data_here = False  # each trial reads its dataset where it launches (_data.write in run)
@@ -126,6 +130,7 @@ class VerlBackend(TrialBackend):
             problems += _data.problems(cfg)
         except UserError as err:  # the dataset here cannot be read: the same error the trial would meet
             problems.append(str(err))
+        problems += _native.mapped_problems(self.extra_overrides, self.source, self.spec_path)
         if cfg.engine.exit_interval:
             problems += self.branch_problems(cfg)
         if problems:
@@ -136,18 +141,36 @@ class VerlBackend(TrialBackend):
         """The trial's overrides composed and validated by verl's own code ([] when verl accepts them)."""
         from grpo.sweep.backends.verl import _validate
 
-        overrides = _render.trial_overrides(cfg, self.gpus_per_node) + self.extra_overrides
+        own = _render.trial_overrides(cfg, self.gpus_per_node)
         try:
-            _validate.validate(overrides)
+            _validate.validate(own + self.extra_overrides)
         except _validate.VerlMissing as err:
             return [f"{self.source}: backend verl: {err}"]
         except Exception as err:  # verl's own refusal: an assert, a ValueError, a Hydra composition error
-            settings = dict(item.split("=", 1) for item in overrides)
-            return [_validate.explain(err, settings, cfg._source)]
+            return [self._explain(err, own, cfg._source)]
         return []
 
+    def _explain(self, err: Exception, own: list[str], source: str) -> str:
+        """verl's refusal in one line: naming the spec's ``verl.overrides[i]`` line when that override is what verl
+        refuses (the trial's own overrides pass without it), else the grpo-sweep key behind the verl key."""
+        from grpo.sweep.backends.verl import _validate
+
+        for i in range(len(self.extra_overrides) + 1):
+            try:
+                _validate.validate(own + self.extra_overrides[:i])
+            except Exception as first:  # the first prefix verl refuses: own alone (i == 0) or up to override i-1
+                if i == 0:
+                    break
+                override = self.extra_overrides[i - 1]
+                where = _native.where(i - 1, override, self.source, self.spec_path)
+                return f"{where}: verl refuses {override}: {_validate.message(first)}"
+        settings = dict(item.split("=", 1) for item in own + self.extra_overrides)
+        return _validate.explain(err, settings, source)
+
     def check_search(self, keys: list[str], source: str) -> list[str]:
-        return coverage.KEYS.searched_problems(keys, source)
+        return coverage.KEYS.searched_problems(keys, source) + _native.searched_problems(
+            keys, self.extra_overrides, source, self.spec_path
+        )
 
     def branch_problems(self, cfg: GRPOConfig) -> list[str]:
         """A pbt segment is a verl run cut at the segment's end (``total_training_steps``), so its lr schedule would
