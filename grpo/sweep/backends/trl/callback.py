@@ -49,8 +49,12 @@ def project_metrics(logs: dict[str, float], beta: float) -> dict[str, float]:
     for key, value in logs.items():
         if not isinstance(value, (int, float)):
             continue
-        reward = re.fullmatch(r"rewards/verifier_(.+)/mean", key)  # model.reward_functions' names (issue 41)
-        out[f"{reward[1]}_rewards/mean" if reward else NAMES.get(key, f"trl/{key}")] = float(value)
+        # model.reward_functions' names (issue 41): each function's mean, a user dict's other keys as on the engine
+        reward = re.fullmatch(r"rewards/verifier_(.+)/mean", key)
+        if reward or key.startswith("user_reward/"):
+            out[f"{reward[1]}_rewards/mean" if reward else key.removeprefix("user_reward/")] = float(value)
+            continue
+        out[NAMES.get(key, f"trl/{key}")] = float(value)
     if "loss" in logs:  # MindSpeed-RL's actor/pg_loss is |total loss|, as the engine reports it
         out["actor/pg_loss"] = abs(float(logs["loss"]))
     out["actor/kl_coef"] = beta
