@@ -187,28 +187,33 @@ def test_prompts_are_the_tokenizer_chat_template_as_transformers_renders_it(tmp_
         build_prompt(base, chat)
 
 
-def test_the_engine_trains_on_the_folder_as_is(folder, tmp_path):
-    """No model.* override: the embedded engine trains the folder with its own tokenizer and template."""
-    data = _gsm8k(tmp_path / "train.jsonl")
-    overrides = [f"actor_config.load={folder}", f"megatron_training.tokenizer_name_or_path={folder}",
-                 "engine.task=dataset", f"megatron_training.data_path={data}", "megatron_training.train_iters=2",
-                 "megatron_training.save_interval=2", "megatron_training.global_batch_size=4",
-                 "rl_config.n_samples_per_prompt=4", "rl_config.mini_batch_size=2", "actor_config.micro_batch_size=4",
-                 "rl_config.max_prompt_length=64", "generate_config.max_model_len=96",
-                 "megatron_training.seq_length=96", "generate_config.sampling_config.max_tokens=16",
-                 "engine.eval_every=null", "engine.device=cpu"]  # fmt: skip
-    cfg = load_config(TINY, overrides)
-    tok = build.tokenizer_for(cfg)
-    train_set, _, prompt_ids, _ = build.prompts(cfg, tok, tmp_path / "ids", logging.getLogger("test"))
+def test_the_engine_trains_on_the_folder_as_is_and_resumes_from_its_save(folder, tmp_path):
+    """No model.* override: the embedded engine trains the folder with its own tokenizer and template; a retry
+    resuming from the run's save folder (no folder named any more) keeps the architecture and the tokenizer."""
     import transformers
 
+    data = _gsm8k(tmp_path / "train.jsonl")
+    run = [f"engine.task=dataset", f"megatron_training.data_path={data}", "megatron_training.save_interval=2",
+           "megatron_training.global_batch_size=4", "rl_config.n_samples_per_prompt=4", "rl_config.mini_batch_size=2",
+           "actor_config.micro_batch_size=4", "rl_config.max_prompt_length=64", "generate_config.max_model_len=96",
+           "megatron_training.seq_length=96", "generate_config.sampling_config.max_tokens=16",
+           "engine.eval_every=null", "engine.device=cpu", f"actor_config.save={tmp_path / 'ckpt'}"]  # fmt: skip
+    cfg = load_config(TINY, [f"actor_config.load={folder}", "megatron_training.train_iters=2", *run])
+    tok = build.tokenizer_for(cfg)
+    train_set, _, prompt_ids, _ = build.prompts(cfg, tok, tmp_path / "ids", logging.getLogger("test"))
     fast = transformers.AutoTokenizer.from_pretrained(folder)
     first = train_set[0]
     expected = fast.apply_chat_template([{"role": "user", "content": first.prompt}], add_generation_prompt=True)
     assert prompt_ids[first.prompt] == list(getattr(expected, "input_ids", expected))
-    summary = train(cfg, run_dir=tmp_path / "run")
+    assert train(cfg, run_dir=tmp_path / "run")
+    resumed = load_config(TINY, [f"actor_config.load={tmp_path / 'ckpt'}", "megatron_training.train_iters=3", *run,
+                                 "actor_config.finetune=false", "actor_config.no_load_optim=false",
+                                 "actor_config.no_load_rng=false"])  # fmt: skip
+    assert resumed.model_arch == cfg.model_arch
+    assert build.tokenizer_for(resumed).fingerprint() == tok.fingerprint()
+    assert train(resumed, run_dir=tmp_path / "run")
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert summary and [r["iteration"] for r in rows] == [1, 2] and all("grpo/score/mean" in r for r in rows)
+    assert [r["iteration"] for r in rows] == [1, 2, 3] and all("grpo/score/mean" in r for r in rows)
 
 
 def test_a_trial_failure_that_is_a_config_error_is_not_retried(folder, tmp_path):

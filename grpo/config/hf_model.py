@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from grpo._fs import checkpoint_iteration
 from grpo.errors import UserError
 
 REQUIRED = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
@@ -39,6 +40,7 @@ class ModelFolder:
     folder: Path
     key: str
     config: dict[str, Any]
+    tensors: dict[str, list[int]] | None = None  # name -> shape, read from the weights' headers (load only)
 
     @property
     def model_type(self) -> str:
@@ -54,10 +56,26 @@ class ModelFolder:
 
 
 def find_model_folder(load: str | None, tokenizer: str | None) -> tuple[Path, str] | None:
-    """The folder whose config.json is the architecture: ``load``'s, else the tokenizer folder's, else None."""
+    """The folder whose config.json is the architecture: ``load``'s (or, for a save folder a run resumes from,
+    its latest checkpoint's), else the tokenizer folder's, else None."""
     for value, key in ((load, "actor_config.load"), (tokenizer, "megatron_training.tokenizer_name_or_path")):
-        if value and (Path(value).expanduser() / "config.json").is_file():
-            return Path(value).expanduser(), key
+        folder = Path(value).expanduser() if value else None
+        if folder is not None and (folder / "config.json").is_file():
+            return folder, key
+        if folder is not None and key == "actor_config.load" and (latest := _latest_checkpoint(folder)) is not None:
+            return latest, key
+    return None
+
+
+def _latest_checkpoint(save_dir: Path) -> Path | None:
+    """A save folder's latest checkpoint holding a config.json: the engine's ``iter_0000010``, TRL's
+    ``checkpoint-10`` (a retried or branched trial resumes from one; it must keep the architecture)."""
+    iteration = checkpoint_iteration(save_dir)
+    if iteration is None:
+        return None
+    for name in (f"iter_{iteration:07d}", f"checkpoint-{iteration}"):
+        if (save_dir / name / "config.json").is_file():
+            return save_dir / name
     return None
 
 
@@ -79,8 +97,11 @@ def read_model_folder(folder: Path, key: str, source: str) -> ModelFolder:
     if missing:
         raise UserError(f"{where}: lacks {', '.join(missing)} (not a causal language model's config)")
     found = ModelFolder(folder, key, hf)
-    if key == "actor_config.load":
-        _check_weights(found, source)
+    if key == "actor_config.load" and not (folder / "trainer_state.json").is_file():
+        found = ModelFolder(folder, key, hf, _check_weights(found, source))
+    elif key == "actor_config.load":  # a run's own checkpoint (its resume): the run checks it; bias from its weights
+        merged = folder / "model.safetensors"  # absent in a LoRA checkpoint that keeps only its adapters
+        found = ModelFolder(folder, key, hf, _shapes(safetensors_header(merged)) if merged.is_file() else None)
     _check_tokenizer(found, source)
     return found
 
@@ -124,8 +145,12 @@ def safetensors_header(path: Path) -> dict[str, Any]:
     return header
 
 
-def _check_weights(found: ModelFolder, source: str) -> None:
-    """The tensors must exist and fit config.json (the shapes a trial would otherwise fail on)."""
+def _shapes(header: dict[str, Any]) -> dict[str, list[int]]:
+    return {name: list(t["shape"]) for name, t in header.items()}
+
+
+def _check_weights(found: ModelFolder, source: str) -> dict[str, list[int]]:
+    """The tensors' shapes; they must exist and fit config.json (the shapes a trial would otherwise fail on)."""
     where = f"{source}: actor_config.load: {found.folder}"
     tensors: dict[str, list[int]] = {}
     for shard in _shards(found.folder, where):
@@ -133,7 +158,7 @@ def _check_weights(found: ModelFolder, source: str) -> None:
             header = safetensors_header(shard)
         except UserError as err:
             raise UserError(f"{source}: actor_config.load: {err}") from None
-        tensors.update({name: list(t["shape"]) for name, t in header.items()})
+        tensors.update(_shapes(header))
     hf = found.config
     embed = tensors.get("model.embed_tokens.weight")
     if embed is not None and embed != [hf["vocab_size"], hf["hidden_size"]]:
@@ -147,6 +172,7 @@ def _check_weights(found: ModelFolder, source: str) -> None:
             f"{where}: the weights hold {len(layers)} layers but config.json says num_hidden_layers="
             f"{hf['num_hidden_layers']}"
         )
+    return tensors
 
 
 def tokenizer_size(folder: Path) -> int | None:
@@ -216,7 +242,8 @@ def derived_fields(found: ModelFolder) -> dict[str, Any]:
     if family in ROPE_RMSNORM_FAMILIES:
         out.update(position_embedding_type="rope", normalization="RMSNorm", disable_bias_linear=True)
         out["swiglu"] = hf.get("hidden_act", "silu") == "silu"
-        out["add_qkv_bias"] = bool(hf.get("attention_bias", family.startswith("qwen2")))
+        bias = hf.get("attention_bias", family.startswith("qwen2"))  # Qwen2's q/k/v have a bias; the weights say
+        out["add_qkv_bias"] = "model.layers.0.self_attn.q_proj.bias" in found.tensors if found.tensors else bool(bias)
         if family.startswith("qwen3"):
             out["qk_layernorm"] = True
     scaling = hf.get("rope_scaling") or hf.get("rope_parameters") or {}

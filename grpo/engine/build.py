@@ -44,8 +44,11 @@ def tokenizer_for(cfg: GRPOConfig) -> Tokenizer:
     mt, actor = cfg.megatron_training, cfg.actor_config
     if mt.tokenizer_name_or_path:
         return load_tokenizer(mt.tokenizer_name_or_path)
-    if actor.load and (Path(actor.load).expanduser() / "tokenizer.json").is_file():
-        return load_tokenizer(actor.load, key="actor_config.load")
+    if actor.load and Path(actor.load).expanduser().is_dir():
+        folder = Path(actor.load).expanduser()
+        folder = ckpt.find_checkpoint(folder) or folder  # a save folder resumes with its checkpoint's tokenizer
+        if (folder / "tokenizer.json").is_file():
+            return load_tokenizer(folder, key="actor_config.load")
     return build_task_tokenizer()
 
 
