@@ -181,6 +181,11 @@ def test_prompts_are_the_tokenizer_chat_template_as_transformers_renders_it(tmp_
     builtin = build_task_tokenizer()  # the built-in tokenizer keeps its ChatML user turn
     turn = "<|im_start|>user\n12+34=?<|im_end|>\n<|im_start|>assistant\n"
     assert build_prompt(builtin, Example("12+34=?", "46")) == turn
+    builtin.save(tmp_path / "saved")  # a checkpoint's copy prompts the same, also one saved without the template
+    meta = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())
+    assert meta.pop("chat_template")
+    (tmp_path / "saved" / "tokenizer_config.json").write_text(json.dumps(meta))
+    assert build_prompt(load_tokenizer(tmp_path / "saved"), Example("12+34=?", "46")) == turn
     base = load_tokenizer(make_qwen2_folder(tmp_path / "base", chat_template=False))
     assert build_prompt(base, plain) == plain.prompt  # a base model's folder: the text as is
     with pytest.raises(UserError, match="no chat_template"):

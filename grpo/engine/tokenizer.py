@@ -13,6 +13,7 @@ them). Generation stops at ``<|im_end|>`` or ``<|endoftext|>``; padding is ``<|e
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -145,7 +146,15 @@ def load_tokenizer(folder_or_file: str | Path, key: str = "megatron_training.tok
     jinja = file.parent / "chat_template.jinja"  # transformers >= 4.43 saves the template here; it wins
     if jinja.is_file():
         template = jinja.read_text()
-    return Tokenizer(backend, eos, pad, str(file), chat_template=template, special_tokens=special)
+    loaded = Tokenizer(backend, eos, pad, str(file), chat_template=template, special_tokens=special)
+    if template is None and loaded.fingerprint() == _builtin_fingerprint():
+        loaded.chat_template = CHATML_TEMPLATE  # the built-in tokenizer saved before it carried its template
+    return loaded
+
+
+@lru_cache(maxsize=1)
+def _builtin_fingerprint() -> str:
+    return build_task_tokenizer().fingerprint()
 
 
 def _template(value: object) -> str | None:
