@@ -181,6 +181,7 @@ def test_prompts_are_the_tokenizer_chat_template_as_transformers_renders_it(tmp_
     builtin = build_task_tokenizer()  # the built-in tokenizer keeps its ChatML user turn
     turn = "<|im_start|>user\n12+34=?<|im_end|>\n<|im_start|>assistant\n"
     assert build_prompt(builtin, Example("12+34=?", "46")) == turn
+    (tmp_path / "saved").mkdir()
     builtin.save(tmp_path / "saved")  # a checkpoint's copy prompts the same, also one saved without the template
     meta = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())
     assert meta.pop("chat_template")
