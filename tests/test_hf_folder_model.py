@@ -273,3 +273,14 @@ def test_a_trial_that_fails_on_a_shape_mismatch_is_not_retried(folder, tmp_path)
     trials = load(tmp_path).trials
     assert len(trials) == 1 and trials[0].state.name == "FAIL" and trials[0].user_attrs["retried"] is False
     assert "The size of tensor a" in trials[0].user_attrs["failure_reason"]
+
+
+def test_a_trl_save_folder_gives_its_latest_checkpoints_architecture(folder, tmp_path):
+    """TRL numbers checkpoints in optimizer steps (checkpoint-6 for iteration 3 at 2 steps each)."""
+    save = tmp_path / "trl_save"
+    for step in (4, 6):
+        _copy(folder, save / f"checkpoint-{step}")
+        (save / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    (save / "latest_checkpointed_iteration.txt").write_text("3")
+    cfg = load_config(TINY, [f"actor_config.load={save}"])
+    assert cfg.model_arch == load_config(TINY, [f"actor_config.load={folder}"]).model_arch

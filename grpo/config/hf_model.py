@@ -73,10 +73,11 @@ def _latest_checkpoint(save_dir: Path) -> Path | None:
     iteration = checkpoint_iteration(save_dir)
     if iteration is None:
         return None
-    for name in (f"iter_{iteration:07d}", f"checkpoint-{iteration}"):
-        if (save_dir / name / "config.json").is_file():
-            return save_dir / name
-    return None
+    if (save_dir / f"iter_{iteration:07d}" / "config.json").is_file():
+        return save_dir / f"iter_{iteration:07d}"
+    # TRL numbers its checkpoints in optimizer steps; every one holds the same architecture: take the latest.
+    steps = [p for p in save_dir.glob("checkpoint-*") if p.name[11:].isdigit() and (p / "config.json").is_file()]
+    return max(steps, key=lambda p: int(p.name[11:]), default=None)
 
 
 def read_model_folder(folder: Path, key: str, source: str) -> ModelFolder:
