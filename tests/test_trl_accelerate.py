@@ -95,9 +95,8 @@ def rows(run_dir: Path) -> list[dict]:
 def test_an_accelerate_trial_streams_stops_when_pruned_and_resumes(tmp_path):
     pytest.importorskip("trl", reason="trl not installed (pip install -e .[trl])")
     run_dir, reported = tmp_path / "run", []
-    cfg = cfg_of(
-        "megatron_training.train_iters=50", "megatron_training.save_interval=2", f"actor_config.save={run_dir}/ckpt"
-    )
+    cfg = cfg_of("megatron_training.train_iters=50", "megatron_training.save_interval=2",
+                 f"actor_config.save={run_dir}/ckpt", "actor_config.lr_warmup_fraction=0")  # fmt: skip
     summary = TrlBackend(ACCELERATE).run(cfg, run_dir, lambda i, m: reported.append((i, m)) or i >= 3, False)
     assert [i for i, _ in reported] == [1, 2, 3] and summary["stopped_early"] and not summary["killed"]
     assert "grpo/score/mean" in reported[0][1] and reported[0][1]["actor/lr"] == pytest.approx(1e-4)

@@ -145,3 +145,28 @@ def test_mini_batches_in_generation_order_are_refused_since_trl_shuffles():
     assert "rl_config.shuffle_mini_batch: false: backend trl always shuffles" in problem
     assert backend.check(cfg_of(*two, "rl_config.shuffle_mini_batch=true")) == []
     assert backend.check(cfg_of("rl_config.shuffle_mini_batch=false")) == []  # one mini batch: order is moot
+
+
+def test_trl_args_are_grpo_config_fields_the_render_does_not_set(tmp_path):
+    from grpo.sweep.backends.trl.backend import TrlBackend
+    from grpo.sweep.backends.trl.keys import RENDERED
+    from grpo.sweep.spec.models import TrlSpec
+
+    cfg = cfg_of()
+    assert set(render(cfg, tmp_path)[0]) <= set(RENDERED)  # every rendered field names the key that sets it
+
+    def problems(**args):
+        return TrlBackend(TrlSpec(args=args), source="s.yaml").check(cfg)
+
+    assert problems(beta=0.1) == [
+        "s.yaml: trl.args.beta: set from rl_config.init_kl_coef by backend trl; set that key instead"
+    ]
+    assert problems(no_such_field=1) == [
+        f"s.yaml: trl.args.no_such_field: not a field of TRL {trl.__version__}'s GRPOConfig"
+    ]
+    (bad,) = problems(auto_find_batch_size=True)  # GRPOConfig.__post_init__'s own ValueError, one line
+    assert bad.startswith("s.yaml: trl.args: TRL's GRPOConfig refuses them: auto_find_batch_size is not supported")
+    native = {"mask_truncated_completions": True, "top_entropy_quantile": 0.5}
+    assert problems(**native) == []
+    trainer = build_trainer(cfg, tmp_path, lambda i, m: False, LOG, SamplingParams, native=native).trainer
+    assert trainer.mask_truncated_completions is True and trainer.top_entropy_quantile == 0.5

@@ -1,6 +1,6 @@
 """backend: trl, crash safety with real processes: the driver's process group is SIGKILLed while real TRL
-GRPOTrainer trials run, the same command is rerun, and the study ends complete (its report written) with the killed trials
-continued from their TRL ``checkpoint-N`` folders (TRL's ``resume_from_checkpoint``), nothing left RUNNING."""
+GRPOTrainer trials run, the same command is rerun, and the study ends complete (its report written) with the killed
+trials continued from their TRL ``checkpoint-N`` folders (TRL's ``resume_from_checkpoint``), nothing left RUNNING."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from typing import Any, cast
 import torch
 
 from grpo.config import GRPOConfig
+from grpo.config.hf_model import find_model_folder
 from grpo.engine import checkpoint as ckpt
 from grpo.engine import data as data_mod
 from grpo.engine import lora as lora_mod
@@ -46,7 +47,8 @@ def tokenizer_for(cfg: GRPOConfig) -> Tokenizer:
         return load_tokenizer(mt.tokenizer_name_or_path)
     if actor.load and Path(actor.load).expanduser().is_dir():
         folder = Path(actor.load).expanduser()
-        folder = ckpt.find_checkpoint(folder) or folder  # a save folder resumes with its checkpoint's tokenizer
+        # a save folder resumes with its latest checkpoint's tokenizer (the engine's iter_N or TRL's checkpoint-N)
+        folder = (find_model_folder(str(folder), None) or (folder, ""))[0]
         if (folder / "tokenizer.json").is_file():
             return load_tokenizer(folder, key="actor_config.load")
     return build_task_tokenizer()

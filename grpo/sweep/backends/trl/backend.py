@@ -9,8 +9,13 @@ driver says so.
 Batch units: MindSpeed-RL's ``global_batch_size`` and ``mini_batch_size`` count prompts (each sampled
 ``n_samples_per_prompt`` times); TRL's ``per_device_train_batch_size`` counts completions. One iteration (one
 generation of ``global_batch_size * n`` completions) is ``global_batch_size / mini_batch_size * epochs``
-optimizer steps, as on MindSpeed-RL: ``steps_per_generation = global_batch_size * n / micro``,
-``gradient_accumulation_steps = mini_batch_size * n / micro``, ``num_iterations = epochs``.
+optimizer steps, as on MindSpeed-RL: ``steps_per_generation = global_batch_size * n / (micro * P)``,
+``gradient_accumulation_steps = mini_batch_size * n / (micro * P)``, ``num_iterations = epochs``, on P training
+processes (``trl.num_processes``; TRL 1.16 multiplies both by its world size), so the batch sizes mean the same
+prompts on any number of processes.
+
+What TRL resolves from this is read back by tests/test_trl_resolved.py (``build_trainer``: the constructed
+``GRPOTrainer``), and tests/test_trl_probe.py moves every applied key in a real run (coverage.py's ``PROBES``).
 
 Checkpoints: TRL's ``checkpoint-<optimizer step>`` folders in ``actor_config.save``, with the driver's
 ``latest_checkpointed_iteration.txt`` beside them. A retry or a pbt branch (``actor_config.load`` naming such a
@@ -37,7 +42,7 @@ from grpo.engine.prompt import build_prompt
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.trl import coverage
-from grpo.sweep.backends.trl.keys import grpo_config_kwargs
+from grpo.sweep.backends.trl.keys import RENDERED, grpo_config_kwargs
 from grpo.sweep.spec.models import TrlSpec
 
 
@@ -173,7 +178,32 @@ class TrlBackend(TrialBackend):
         except UserError as err:
             problems.append(str(err))
         problems += self.semantics_problems(cfg) + self.schedule_problems(cfg) + self.launcher_problems(cfg)
+        problems += self.native_problems(cfg) if not problems else []  # TRL checks the rendered fields too
         return problems + self.branch_problems(cfg) * bool(cfg.engine.exit_interval)
+
+    def native_problems(self, cfg: GRPOConfig) -> list[str]:
+        """``trl.args``: a field the render sets is refused naming the key that sets it; the others are checked by
+        constructing TRL's own ``GRPOConfig`` with the rendered fields (an unknown field, a bad value: one line)."""
+        native = self.settings.args
+        owned = [f for f in native if f in RENDERED]
+        if owned:
+            return [f"{self.source}: trl.args.{f}: set from {RENDERED[f]} by backend trl; set that key instead"
+                    for f in owned]  # fmt: skip
+        if not native:
+            return []
+        import trl
+
+        kwargs = {**render(cfg, Path("trl-args-check"), self.processes)[0], **native}
+        kwargs["use_cpu"] = True  # validation only: no device is touched on the driver
+        try:
+            trl.GRPOConfig(**kwargs)
+        except TypeError as err:  # an unknown keyword: name the field
+            bad = next((f for f in native if f"'{f}'" in str(err)), next(iter(native)))
+            return [f"{self.source}: trl.args.{bad}: not a field of TRL {trl.__version__}'s GRPOConfig"]
+        except Exception as err:  # TRL's own validation (ValueError and the like): its first line
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            return [f"{self.source}: trl.args: TRL's GRPOConfig refuses them: {first}"]
+        return []
 
     def semantics_problems(self, cfg: GRPOConfig) -> list[str]:
         """Values a TRL run would not carry out as the engine does: the mini batches' order (TRL 1.16 always
@@ -253,6 +283,7 @@ class TrlBackend(TrialBackend):
         report: ReportFn,
         should_stop: Callable[[], bool] | None = None,
         processes: int = 1,
+        native: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The TRL run in this process (the worker, or each of the ``processes`` ``accelerate launch`` starts)."""
         import torch
@@ -266,7 +297,8 @@ class TrlBackend(TrialBackend):
         previous = torch.get_num_threads()
         torch.set_num_threads(max(1, int(cfg.engine.num_threads)))
         try:
-            return self._train(cfg, run_dir, report, log, SamplingParams, should_stop, processes)
+            native = native if native is not None else self.settings.args
+            return self._train(cfg, run_dir, report, log, SamplingParams, should_stop, processes, native)
         except UserError as err:
             raise TrialFailed(f"bad trial config: {err}", tail_lines(run_dir / "train.log")) from None
         finally:
@@ -275,11 +307,11 @@ class TrlBackend(TrialBackend):
 
     def _train(
         self, cfg: GRPOConfig, run_dir: Path, report: ReportFn, log: logging.Logger, sp: Any, should_stop: Any,
-        processes: int,
+        processes: int, native: dict[str, Any],
     ) -> dict:  # fmt: skip
         import trl
 
-        built = build_trainer(cfg, run_dir, report, log, sp, should_stop, processes)
+        built = build_trainer(cfg, run_dir, report, log, sp, should_stop, processes, native)
         trainer, callback, start = built.trainer, built.callback, built.start
         log.info(f"TRL {trl.__version__}: {built.steps} optimizer steps per iteration; resume from {start or 'none'}")
         trainer.train(resume_from_checkpoint=str(start) if start else None)
@@ -312,10 +344,11 @@ class Built:
 
 def build_trainer(
     cfg: GRPOConfig, run_dir: Path, report: ReportFn, log: logging.Logger, sp: Any, should_stop: Any = None,
-    processes: int = 1,
+    processes: int = 1, native: dict[str, Any] | None = None,
 ) -> Built:  # fmt: skip
     """The trial's ``GRPOTrainer`` as TRL constructs it (its args, model, reward functions, callback), before
-    ``train``: the run trains exactly this object, and the tests read what TRL resolved from it."""
+    ``train``: the run trains exactly this object, and the tests read what TRL resolved from it. ``native``: the
+    spec's ``trl.args`` (fields the render does not set; ``TrlBackend.native_problems`` checked them)."""
     import datasets
     import trl
 
@@ -342,7 +375,7 @@ def build_trainer(
         [{**e.extra, "prompt": build_prompt(base.tokenizer, e), "label": e.label} for e in base.train_set]
     )  # the dataset's other columns reach user reward functions by name, as in TRL (issue 41)
     funcs: list[Any] = list(reward_functions(cfg)[0])  # weights: GRPOConfig's reward_weights (render)
-    args = trl.GRPOConfig(**kwargs)
+    args = trl.GRPOConfig(**kwargs, **(native or {}))
     if args.world_size != processes:  # the batch plan divides by the processes the backend was told
         raise TrialFailed(f"backend trl: {args.world_size} training processes, the batch plan is for {processes}")
     rl = cfg.rl_config

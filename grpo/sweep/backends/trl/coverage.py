@@ -74,6 +74,8 @@ APPLIED: dict[str, str] = {
     f"{M}.tokenizer_name_or_path": "the tokenizer",
     f"{M}.data_path": "prompts (engine.task=dataset)",
     f"{M}.split": "train / held-out split (engine.task=dataset)",
+    f"{E}.eval_data_path": "held-out prompts from a file (engine.task=dataset; issue 41)",
+    f"{E}.data_fields": "a dataset's prompt and label columns (engine.task=dataset; issue 41)",
     f"{M}.init_method_std": "the warm start's init",
     f"{E}.task": "the prompts",
     f"{E}.task_size": "the prompts",
@@ -114,13 +116,121 @@ VALUES: dict[str, tuple[object, ...]] = {
 }
 
 
+# The key probe (tests/test_trl_probe.py): every applied key is moved off the probe's base in a real TRL run, which
+# must then differ from the base run (its metrics, its checkpoint folders or the model config TRL loads). A probe
+# is (context, moved): the run with context + moved is compared with the run with context alone, so a key that
+# acts only beside another (clip_ratio_low needs clip_higher_enable) is compared with that other key set.
+# "{save}" is the base run's save dir. WARM: a 2-step warm start (the keys that change the starting weights would
+# otherwise retrain the 250-step one).
+PROBE_BASE = (
+    "megatron_training.global_batch_size=4", "rl_config.mini_batch_size=2", "rl_config.n_samples_per_prompt=4",
+    "actor_config.micro_batch_size=8", "rl_config.epochs=1", "rl_config.shuffle_mini_batch=true",
+    "rl_config.token_level_loss=false", "generate_config.sampling_config.max_tokens=16",
+    "megatron_training.train_iters=1", "megatron_training.save_interval=1", "actor_config.lr=1e-3",
+    "actor_config.lr_warmup_fraction=0", "engine.eval_every=null", "engine.eval_size=8", "engine.device=cpu",
+    "engine.keep_checkpoints=null", "engine.task_size=256",
+)  # fmt: skip
+WARM = ("engine.warm_start_steps=2",)
+TWO = ("megatron_training.train_iters=2", "megatron_training.save_interval=2")
+EVAL = ("engine.eval_every=2", "megatron_training.train_iters=2")
+CLIP_HIGHER = ("rl_config.clip_higher_enable=true",)
+LORA = ("actor_config.lora_target_modules=[linear_qkv]",)
+DATA = ("engine.task=dataset", "actor_config.load={model}", "megatron_training.data_path={data}")
+PROBES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    f"{RL}.clip_higher_enable": ((), ("rl_config.clip_higher_enable=true",)),
+    f"{RL}.clip_ratio": ((), ("rl_config.clip_ratio=0.01",)),
+    f"{RL}.clip_ratio_low": (CLIP_HIGHER, ("rl_config.clip_ratio_low=0.01",)),
+    # a second epoch: the first mini batch again after its own update (ratios above 1 + high where A > 0)
+    f"{RL}.clip_ratio_high": ((*CLIP_HIGHER, "rl_config.clip_ratio_low=0.001", "rl_config.epochs=2"),
+                              ("rl_config.clip_ratio_high=0.001",)),
+    f"{RL}.entropy_coeff": ((), ("rl_config.entropy_coeff=0.5",)),
+    f"{RL}.epochs": ((), ("rl_config.epochs=2",)),
+    f"{RL}.init_kl_coef": ((), ("rl_config.init_kl_coef=1.0",)),
+    f"{RL}.mini_batch_size": ((), ("rl_config.mini_batch_size=4",)),
+    f"{RL}.n_samples_per_prompt": ((), ("rl_config.n_samples_per_prompt=2", "actor_config.micro_batch_size=4")),
+    f"{RL}.token_level_loss": ((), ("rl_config.token_level_loss=true",)),
+    f"{RL}.verifier_function": ((), ("rl_config.verifier_function=[acc]", "rl_config.verifier_weight=[1.0]")),
+    f"{RL}.verifier_weight": ((), ("rl_config.verifier_weight=[1.0,1.0]",)),
+    f"{S}.max_tokens": ((), ("generate_config.sampling_config.max_tokens=8",)),
+    f"{S}.min_p": ((), ("generate_config.sampling_config.min_p=0.3",)),
+    f"{S}.seed": ((), ("generate_config.sampling_config.seed=99",)),
+    f"{S}.temperature": ((), ("generate_config.sampling_config.temperature=0.3",)),
+    f"{S}.top_k": ((), ("generate_config.sampling_config.top_k=1",)),
+    f"{S}.top_p": ((), ("generate_config.sampling_config.top_p=0.3",)),
+    "generate_config.max_model_len": ((), ("generate_config.max_model_len=23", "megatron_training.seq_length=23",
+                                           "rl_config.max_prompt_length=16")),
+    f"{M}.adam_beta1": ((), ("actor_config.adam_beta1=0.5",)),
+    f"{M}.adam_beta2": ((), ("actor_config.adam_beta2=0.5",)),
+    f"{M}.clip_grad": ((), ("actor_config.clip_grad=0.05",)),
+    f"{M}.global_batch_size": ((), ("megatron_training.global_batch_size=8",)),
+    f"{M}.lr": ((), ("actor_config.lr=1e-5",)),
+    f"{M}.lr_decay_style": ((), ("actor_config.lr_decay_style=cosine",)),
+    f"{M}.lr_warmup_fraction": ((), ("actor_config.lr_warmup_fraction=0.5",)),
+    f"{M}.min_lr": (("actor_config.lr_decay_style=cosine",), ("actor_config.min_lr=5e-4",)),
+    f"{M}.micro_batch_size": ((), ("actor_config.micro_batch_size=4",)),
+    f"{M}.no_shuffle": ((), ("megatron_training.no_shuffle=true",)),
+    f"{M}.lora_target_modules": ((), LORA),
+    f"{M}.lora_r": (LORA, ("actor_config.lora_r=2",)),
+    f"{M}.lora_alpha": (LORA, ("actor_config.lora_alpha=64",)),
+    f"{M}.load": ((), ("actor_config.load={save}/checkpoint-2",)),
+    f"{M}.finetune": (("actor_config.load={save}", "megatron_training.train_iters=2"),
+                      ("actor_config.finetune=false",)),
+    f"{M}.save_interval": (TWO, ("megatron_training.save_interval=1",)),
+    f"{M}.seed": ((), ("megatron_training.seed=7",)),
+    f"{M}.train_iters": ((), ("megatron_training.train_iters=2",)),
+    f"{M}.weight_decay": ((), ("actor_config.weight_decay=0.5",)),
+    f"{M}.init_method_std": (WARM, ("megatron_training.init_method_std=0.2",)),
+    f"{E}.advantage_estimator": ((), ("engine.advantage_estimator=group_norm_no_std",)),
+    f"{E}.eval_every": (EVAL, ("engine.eval_every=1",)),
+    f"{E}.eval_size": (EVAL, ("engine.eval_size=4",)),
+    f"{E}.exit_interval": (TWO, ("engine.exit_interval=1",)),
+    f"{E}.loss_agg_mode": ((), ("engine.loss_agg_mode=seq-mean-token-sum-norm",)),
+    f"{E}.policy_loss": ((), ("engine.policy_loss=gspo",)),
+    f"{E}.task_seed": (WARM, ("engine.task_seed=5",)),
+    f"{E}.task_size": ((), ("engine.task_size=64",)),
+    f"{E}.warm_start_steps": (WARM, ("engine.warm_start_steps=3",)),
+    # a dataset run of a HF folder (tests/hf_folder.py): {model}, {model2} (the same but its chat template),
+    # {data}, {data2} (GSM8K rows) are made by the probe
+    # (a generated task writes its prompts to data_path, so the file is named only beside task=dataset)
+    f"{E}.task": (("actor_config.load={model}",), ("engine.task=dataset", "megatron_training.data_path={data}")),
+    f"{M}.data_path": (DATA, ("megatron_training.data_path={data2}",)),
+    f"{M}.split": (DATA, ("megatron_training.split='50,50,0'",)),
+    f"{M}.tokenizer_name_or_path": (DATA, ("megatron_training.tokenizer_name_or_path={model2}",)),
+    f"{E}.eval_data_path": ((*DATA, "engine.eval_every=1"), ("engine.eval_data_path={data2}",)),
+    **{f"{M}.{k}": (WARM, (f"model.tiny_qwen.{k}={v}",)) for k, v in (
+        ("num_layers", 1), ("hidden_size", 32), ("ffn_hidden_size", 64), ("num_attention_heads", 8),
+        ("group_query_attention", "false"), ("num_query_groups", 4), ("padded_vocab_size", 256),
+        ("max_position_embeddings", 512), ("rotary_base", 100), ("norm_epsilon", 0.1), ("add_qkv_bias", "false"),
+        ("untie_embeddings_and_output_weights", "false"))},
+}  # fmt: skip
+QWEN2_ONLY = "the Qwen2 value is the only one a run takes (others are refused)"
+# Applied keys no probe run can show, and why (the key table says so in their row).
+NOT_PROBED: dict[str, str] = {
+    **{f"{M}.{k}": QWEN2_ONLY for k in ("kv_channels", "position_embedding_type", "normalization", "swiglu",
+                                         "qk_layernorm", "num_experts", "multi_latent_attention",
+                                         "disable_bias_linear")},
+    **{f"{RL}.{k}": "its one value is the only one a run takes (others are refused)"
+       for k in ("adv_estimator", "kl_ctrl_type", "kl_penalty", "rule_reward")},
+    f"{RL}.shuffle_mini_batch": "true is the only value a run with several mini batches takes; with one it orders "
+    "nothing",
+    f"{RL}.max_prompt_length": "the generated prompts all have 15 tokens (a bound below drops every prompt)",
+    f"{M}.model": "picks a model file; the tiny config loads one",
+    f"{M}.save": "where checkpoints go (the probe sets it for every run; tests/test_trl_backend.py reads them there)",
+    f"{E}.data_fields": "a dataset's column names (read by grpo.engine.datasets: tests/test_own_run_data.py)",
+    f"{E}.device": "cpu is the only device of a CPU run (cuda needs a GPU; auto is cpu there)",
+    f"{E}.num_threads": "speed only",
+    "generate_config.sampling_config": "a section (its keys are probed one by one)",
+}  # fmt: skip
+
+
 def classify(name: str) -> KeyClass:
     """A table key (grpo/engine/coverage.py's name) as backend trl sees it."""
     entry = TABLE[name]
-    if name in APPLIED:
-        return KeyClass(name, Kind.APPLIED, APPLIED[name])
-    if name in ARCH:
-        return KeyClass(name, Kind.APPLIED, ARCH_SOURCE)
+    if name in APPLIED or name in ARCH:
+        how = APPLIED.get(name, ARCH_SOURCE)
+        if name in NOT_PROBED:  # the key table says where there is no probe evidence
+            how += f" (no probe run shows it: {NOT_PROBED[name]})"
+        return KeyClass(name, Kind.APPLIED, how)
     if name in NO_EFFECT:
         return KeyClass(name, Kind.NO_EFFECT, NO_EFFECT[name])
     if entry.kind is Kind.NO_EFFECT:

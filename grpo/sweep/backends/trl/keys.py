@@ -68,3 +68,38 @@ def grpo_config_kwargs(cfg: Any) -> dict[str, Any]:
     out["scale_rewards"] = "none" if cfg.engine.advantage_estimator == "group_norm_no_std" else "group"
     out["entropy_coef"] = float(rl.entropy_coeff)
     return out
+
+
+# Every GRPOConfig field backend.render sets -> the grpo-sweep key that sets it ("the backend": set for every
+# trial by the backend itself). ``trl.args`` may not set one of them (the mapped key is the one to set).
+RENDERED: dict[str, str] = {
+    **{field: key for key, field in DIRECT.items()},
+    "epsilon": f"{RL}.clip_ratio (clip_ratio_low with clip_higher_enable)",
+    "epsilon_high": f"{RL}.clip_ratio_high",
+    "loss_type": "engine.loss_agg_mode (or rl_config.token_level_loss)",
+    "importance_sampling_level": "engine.policy_loss",
+    "scale_rewards": "engine.advantage_estimator",
+    "entropy_coef": f"{RL}.entropy_coeff",
+    "reward_weights": f"{RL}.verifier_weight",
+    "per_device_train_batch_size": "actor_config.micro_batch_size",
+    "gradient_accumulation_steps": f"{RL}.mini_batch_size",
+    "steps_per_generation": "megatron_training.global_batch_size",
+    "generation_batch_size": "megatron_training.global_batch_size",
+    "max_steps": "megatron_training.train_iters",
+    "save_steps": "megatron_training.save_interval",
+    "save_total_limit": "engine.keep_checkpoints",
+    "output_dir": "actor_config.save",
+    "use_cpu": "engine.device",
+    "seed": "megatron_training.seed",
+    "shuffle_dataset": "megatron_training.no_shuffle",
+    "lr_scheduler_type": "actor_config.lr_decay_style",
+    "lr_scheduler_kwargs": "actor_config.min_lr",
+    "warmup_steps": "actor_config.lr_warmup_fraction",
+    "warmup_ratio": "actor_config.lr_warmup_fraction",
+    "weight_decay": "actor_config.weight_decay",
+    "adam_beta1": "actor_config.adam_beta1",
+    "adam_beta2": "actor_config.adam_beta2",
+    "max_grad_norm": "actor_config.clip_grad",
+    **{field: "the backend" for field in ("logging_steps", "save_strategy", "report_to", "disable_tqdm",
+                                          "dataloader_num_workers", "bf16")},
+}  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from grpo._fs import checkpoint_iteration
 from grpo.config import GRPOConfig
 from grpo.engine import build, lora, rewards
 from grpo.engine.data import Example, get_task
@@ -45,10 +46,10 @@ def build_base(cfg: GRPOConfig, run_dir: Path, log: logging.Logger) -> Base:
     tok = build.tokenizer_for(cfg)
     train_set, eval_set, prompt_ids, _ = build.prompts(cfg, tok, run_dir, log)
     args = ModelArgs.from_model_config(cfg.model_arch)
-    load = cfg.actor_config.load
-    if load and is_hf_folder(Path(load).expanduser()):  # a user's HF starting point
+    load = start_weights(cfg)
+    if load is not None:  # a user's HF starting point, or the newest checkpoint-N of a save dir (finetune)
         policy = Qwen2(args)
-        load_weights(policy, Path(load).expanduser())
+        load_weights(policy, load)
     elif eng.task == "dataset":
         raise UserError(f"{cfg._source}: actor_config.load: backend trl needs a HF folder with engine.task=dataset")
     else:  # the (shipped or cached) warm start, the same bytes the embedded engine starts from
@@ -63,6 +64,22 @@ def build_base(cfg: GRPOConfig, run_dir: Path, log: logging.Logger) -> Base:
     device = torch.device("cpu")
     held_out = HeldOut(eval_set, prompt_ids, tok, device, eng.task_seed)
     return Base(folder, tok, train_set, held_out, policy)
+
+
+def start_weights(cfg: GRPOConfig) -> Path | None:
+    """The HF folder a run's weights start from: ``actor_config.load`` when it is one, or, for a save dir (the
+    driver's tracker beside TRL's ``checkpoint-N`` folders) with ``finetune``, its newest checkpoint's weights.
+    None: the warm start (also the reference of a retry or branch, which resumes from its save dir:
+    ``backend.resume_folder``)."""
+    load = Path(str(cfg.actor_config.load)).expanduser() if cfg.actor_config.load else None
+    if load is None or is_hf_folder(load):
+        return load
+    if not cfg.actor_config.finetune or checkpoint_iteration(load) is None:
+        return None
+    steps = [int(p.name.split("-")[1]) for p in load.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+    if not steps:
+        raise UserError(f"{cfg._source}: actor_config.load: {load} has a tracker but no checkpoint-N folder")
+    return load / f"checkpoint-{max(steps)}"
 
 
 def load_hf(base: Base) -> tuple[Any, Any]:
@@ -141,7 +158,7 @@ def reward_functions(cfg: GRPOConfig) -> tuple[list[Callable[..., list[float | N
             for key, per in metrics.items():
                 kept = [v for v in per if v == v]  # NaN: the sample's dict had no such key
                 if log_metric is not None and kept:
-                    log_metric(key, sum(kept) / len(kept))
+                    log_metric(f"user_reward/{key}", sum(kept) / len(kept))  # callback.py: <name>/<key>
             return values
 
         func.__name__ = f"verifier_{user.name if user is not None else name}"
