@@ -110,6 +110,7 @@ def _probes(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
         "engine.loss_agg_mode": ([], ["engine.loss_agg_mode=seq-mean-token-sum"]),
         "engine.policy_loss": ([], ["engine.policy_loss=gspo"]),
         "engine.advantage_estimator": ([], ["engine.advantage_estimator=group_norm_no_std"]),
+        "verl": ([], ["verl.actor_rollout_ref.rollout.enforce_eager=true"]),
     }  # fmt: skip
 
 

@@ -32,6 +32,8 @@ def key_name(path: str) -> str:
     ``rl_config.actor_resource.num_npus`` -> ``rl_config.actor_resource``; an override's value is dropped."""
     parts = path.lstrip("+~").split("=", 1)[0].split(".")
     head = parts[0]
+    if head == "verl":  # backend verl's own keys: one table row
+        return head
     if head in MEGATRON_SECTIONS and len(parts) > 1:
         return f"megatron.{parts[1]}"
     if head == "model" and len(parts) > 2:

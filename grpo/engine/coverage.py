@@ -280,6 +280,7 @@ for _key in (
     no_effect(MSPROBE, "MindSpeed-RL's msprobe precision dumps (observation only)", _key)
 applied(TOP, "a config-group choice: the keys it sets are classified on their own", "layout", "algorithm")
 applied(TOP, "values switched between iterations (grpo/config/schedule.py: SCHEDULABLE keys only)", "schedule")
+refused(TOP, "backend verl's own settings (verl's config paths): backend verl only", "verl", own_check=True)
 no_effect(TOP, "the reference's own Megatron settings: the engine's reference is the actor's starting weights, so "
           "only keys that would change it (load, model) are refused", "ref_config")  # fmt: skip
 no_effect(TOP, "the reward model's Megatron settings: read only with rl_config.reward_resource, which is refused",
@@ -322,6 +323,8 @@ def _setting(cfg: GRPOConfig, entry: KeyClass) -> Iterator[tuple[str, Any]]:
                 yield f"{where}.{key}", getattr(obj, key)
     elif section == RL and key in cfg.rl_config.model_fields_set:
         yield entry.name, getattr(cfg.rl_config, key)
+    elif section == TOP and key in cfg.model_fields_set:
+        yield key, getattr(cfg, key)
 
 
 def refusals(cfg: GRPOConfig) -> list[tuple[str, str]]:

@@ -194,6 +194,14 @@ class GRPOConfig(BaseModel):
     algorithm: str | None = Field(
         None, description="Name of the configs/algorithm preset applied (grpo, dapo, dr_grpo, gspo; null = none)."
     )
+    verl: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "backend verl's own settings by verl's config path (verl.actor_rollout_ref.rollout.enforce_eager: true), "
+            "fixed or searched like any key; a path a mapped key sets is refused, and every other backend refuses "
+            "them (docs/backend_verl.md)."
+        ),
+    )
     schedule: dict[str, dict[int, Any]] | None = Field(
         None,
         description=(

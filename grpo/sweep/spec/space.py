@@ -197,6 +197,9 @@ def format_params(params: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------- keys
+NATIVE_PREFIX = "verl."  # the config's free-form verl section (backend verl's own keys, by verl's path)
+
+
 def layout_names() -> list[str]:
     """The layouts a spec may pick: stems of ``layout/*.yaml`` over the config search path."""
     return group_options("layout")
@@ -218,6 +221,8 @@ def check_key(key: str, layout_value: Any = None) -> str | None:
         if layout_value is not None:
             return _check_layouts([layout_value], key)
         return None
+    if key.startswith(NATIVE_PREFIX) and len(key) > len(NATIVE_PREFIX):
+        return None  # verl's own config path: backend verl validates it by composing verl's config
     keys = known_keys()
     if key in keys or any("*" in k and _matches(key, k) for k in keys):
         return None

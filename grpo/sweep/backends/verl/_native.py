@@ -1,18 +1,22 @@
-"""verl-native overrides (the spec's ``verl.overrides``) against the keys the trial's own config sets.
+"""verl-native settings: the config's ``verl`` section (``verl.<verl config path>``, fixed in a config or an
+override, or searched) and the spec's ``verl.overrides``, against the keys the trial's own config sets.
 
 Each trial gets ``verl.overrides`` last, so an override of a verl key the backend renders from a grpo-sweep key
 would silently replace that key's value: ``actor_rollout_ref.rollout.temperature=0.7`` beside a search of
 ``generate_config.sampling_config.temperature`` would cancel the search. Such an override is refused in one line
 naming the grpo-sweep key to set instead (``_validate.SOURCES``, the map every rendered key is in), or, for the keys
 the backend sets at launch (rows, reward module, checkpoints, logging), saying so. A verl refusal of an override
-names the spec's line (``verl.overrides[i]`` and where it is in the spec file), not the base config.
+names the spec's line (``verl.overrides[i]`` and where it is in the spec file), not the base config; one of a
+``verl.<path>`` key names that key.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+from grpo.config import GRPOConfig
 from grpo.sweep.backends.verl._validate import SOURCES
 
 # verl keys the backend sets for every job at launch (backend.launch_overrides, _resume, _launch), by what.
@@ -34,6 +38,33 @@ LAUNCH_KEYS: dict[str, str] = {
     "actor_rollout_ref.rollout.name": "the rollout engine, vLLM",
     "trainer.val_before_train": "the trial's metric stream",
 }
+
+
+def native_settings(cfg: GRPOConfig) -> dict[str, Any]:
+    """The config's ``verl`` section as verl's dotted keys (leaves only)."""
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            out[prefix[:-1]] = node
+
+    for key, value in (cfg.verl or {}).items():
+        walk(value, f"{key}.")
+    return out
+
+
+def native_problems(cfg: GRPOConfig) -> list[str]:
+    """One line per ``verl.<path>`` key that a mapped key (or the launch) already sets."""
+    out = []
+    for key in native_settings(cfg):
+        if key in SOURCES:
+            out.append(f"{cfg._source}: verl.{key}: set from {SOURCES[key]}; set that key instead")
+        elif key in LAUNCH_KEYS:
+            out.append(f"{cfg._source}: verl.{key}: set by backend verl at launch from {LAUNCH_KEYS[key]}")
+    return out
 
 
 def override_key(override: str) -> str:
@@ -75,7 +106,7 @@ def searched_problems(keys: list[str], overrides: list[str], source: str, spec_p
     out = []
     for i, override in enumerate(overrides):
         key = override_key(override)
-        searched = [k for k in keys if SOURCES.get(key) == k]
+        searched = [k for k in keys if SOURCES.get(key) == k or k == f"verl.{key}"]
         if searched:
             out.append(
                 f"{where(i, override, source, spec_path)}: {key} pins what search.{searched[0]} varies (the search "

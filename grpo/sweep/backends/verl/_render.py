@@ -38,6 +38,7 @@ from typing import Any
 
 from grpo.config import GRPOConfig
 from grpo.engine import lora
+from grpo.sweep.backends.verl import _native
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -201,7 +202,7 @@ def launch_settings(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> dict[str,
 def _hydra_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return "null" if value is None else str(value)
 
 
 def as_overrides(settings: dict[str, Any]) -> list[str]:
@@ -210,5 +211,11 @@ def as_overrides(settings: dict[str, Any]) -> list[str]:
 
 
 def trial_overrides(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> list[str]:
-    """Every override of one trial but its paths (model, data, checkpoints, log): what preflight validates."""
+    """Every override of one trial but its paths (model, data, checkpoints, log): what preflight validates. The
+    config's own verl keys (``verl.<path>``) come last."""
+    return mapped_overrides(cfg, per_node) + as_overrides(_native.native_settings(cfg))
+
+
+def mapped_overrides(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> list[str]:
+    """The overrides rendered from grpo-sweep's keys (sorted: a rerun is identical)."""
     return as_overrides({**verl_settings(cfg), **launch_settings(cfg, per_node)})

@@ -130,6 +130,7 @@ class VerlBackend(TrialBackend):
             problems += _data.problems(cfg)
         except UserError as err:  # the dataset here cannot be read: the same error the trial would meet
             problems.append(str(err))
+        problems += _native.native_problems(cfg)
         problems += _native.mapped_problems(self.extra_overrides, self.source, self.spec_path)
         if cfg.engine.exit_interval:
             problems += self.branch_problems(cfg)
@@ -141,30 +142,33 @@ class VerlBackend(TrialBackend):
         """The trial's overrides composed and validated by verl's own code ([] when verl accepts them)."""
         from grpo.sweep.backends.verl import _validate
 
-        own = _render.trial_overrides(cfg, self.gpus_per_node)
+        own = _render.mapped_overrides(cfg, self.gpus_per_node)
+        native = _render.as_overrides(_native.native_settings(cfg))
         try:
-            _validate.validate(own + self.extra_overrides)
+            _validate.validate(own + native + self.extra_overrides)
         except _validate.VerlMissing as err:
             return [f"{self.source}: backend verl: {err}"]
         except Exception as err:  # verl's own refusal: an assert, a ValueError, a Hydra composition error
-            return [self._explain(err, own, cfg._source)]
+            return [self._explain(err, own, native, cfg._source)]
         return []
 
-    def _explain(self, err: Exception, own: list[str], source: str) -> str:
-        """verl's refusal in one line: naming the spec's ``verl.overrides[i]`` line when that override is what verl
-        refuses (the trial's own overrides pass without it), else the grpo-sweep key behind the verl key."""
+    def _explain(self, err: Exception, own: list[str], native: list[str], source: str) -> str:
+        """verl's refusal in one line, naming where the refused setting came from: a ``verl.<path>`` key of the
+        config, or the spec's ``verl.overrides[i]`` line, when the trial's mapped overrides pass without it; else
+        the grpo-sweep key behind the verl key verl names."""
         from grpo.sweep.backends.verl import _validate
 
-        for i in range(len(self.extra_overrides) + 1):
+        labelled = [(f"{source}: verl.{_native.override_key(o)}", o) for o in native]
+        labelled += [(_native.where(i, o, self.source, self.spec_path), o) for i, o in enumerate(self.extra_overrides)]
+        for i in range(len(labelled) + 1):
             try:
-                _validate.validate(own + self.extra_overrides[:i])
-            except Exception as first:  # the first prefix verl refuses: own alone (i == 0) or up to override i-1
+                _validate.validate(own + [o for _, o in labelled[:i]])
+            except Exception as first:  # the first prefix verl refuses: own alone (i == 0) or up to setting i-1
                 if i == 0:
                     break
-                override = self.extra_overrides[i - 1]
-                where = _native.where(i - 1, override, self.source, self.spec_path)
+                where, override = labelled[i - 1]
                 return f"{where}: verl refuses {override}: {_validate.message(first)}"
-        settings = dict(item.split("=", 1) for item in own + self.extra_overrides)
+        settings = dict(item.split("=", 1) for item in own + native + self.extra_overrides)
         return _validate.explain(err, settings, source)
 
     def check_search(self, keys: list[str], source: str) -> list[str]:

@@ -121,6 +121,8 @@ APPLIED: dict[str, str] = {
     "TRL do), reporting each one's score beside the total",
     f"{RL}.verifier_weight": "the weights of the generated compute_score's total (reward.custom_reward_function)",
     f"{RL}.rule_reward": "the verifiers are the reward (true is the only value verl runs here)",
+    "verl": "verl's own keys by verl's config path (verl.<path>: fixed or searched), rendered after the mapped keys "
+    "and validated by verl's composition; a path a mapped key or the launch sets is refused naming that key",
 }
 NO_EFFECT: dict[str, str] = {
     f"{RL}.filter_groups_max_batches": "verl 0.9.1's v1 replay buffer has no limit (it ignores "
