@@ -208,7 +208,7 @@ def _check_tokenizer(found: ModelFolder, source: str) -> None:
         )
 
 
-def _rope_theta(hf: dict[str, Any]) -> float | None:
+def rope_theta(hf: dict[str, Any]) -> float | None:
     # transformers 5 moved rope_theta into rope_parameters; older configs keep it at the top level.
     params = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
     theta = hf.get("rope_theta") or (params.get("rope_theta") if isinstance(params, dict) else None)
@@ -231,7 +231,7 @@ def derived_fields(found: ModelFolder) -> dict[str, Any]:
     }
     if isinstance(hf.get("max_position_embeddings"), int):
         out["max_position_embeddings"] = hf["max_position_embeddings"]
-    if (theta := _rope_theta(hf)) is not None:
+    if (theta := rope_theta(hf)) is not None:
         out["rotary_base"] = theta
     eps = hf.get("rms_norm_eps", hf.get("layer_norm_eps"))
     if isinstance(eps, (int, float)):

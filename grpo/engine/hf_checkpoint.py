@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from grpo.config.hf_model import rope_theta
 from grpo.engine.model import ModelArgs, Qwen2
 from grpo.errors import UserError
 
@@ -31,12 +32,6 @@ ARCH_FIELDS = (
 def is_hf_folder(path: Path) -> bool:
     path = Path(path)
     return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
-
-
-def _rope_theta(hf: dict) -> float:
-    # transformers 5 moved rope_theta into rope_parameters; older configs keep it at the top level.
-    params = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    return float(hf.get("rope_theta") or params.get("rope_theta") or 1_000_000.0)
 
 
 def read_model_args(folder: Path, key: str = "actor_config.load") -> ModelArgs:
@@ -77,7 +72,7 @@ def read_model_args(folder: Path, key: str = "actor_config.load") -> ModelArgs:
         num_query_groups=hf.get("num_key_value_heads") or hf["num_attention_heads"],
         padded_vocab_size=hf["vocab_size"],
         max_position_embeddings=hf.get("max_position_embeddings", 32768),
-        rotary_base=_rope_theta(hf),
+        rotary_base=rope_theta(hf) or 1_000_000.0,
         norm_epsilon=float(hf.get("rms_norm_eps", 1e-6)),
         add_qkv_bias="model.layers.0.self_attn.q_proj.bias" in weights,
         untie_embeddings_and_output_weights=not hf.get("tie_word_embeddings", False),
