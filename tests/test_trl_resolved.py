@@ -5,6 +5,7 @@ the object a trial trains), its args, its ``lr_scheduler`` (built by transformer
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -170,3 +171,23 @@ def test_trl_args_are_grpo_config_fields_the_render_does_not_set(tmp_path):
     assert problems(**native) == []
     trainer = build_trainer(cfg, tmp_path, lambda i, m: False, LOG, SamplingParams, native=native).trainer
     assert trainer.mask_truncated_completions is True and trainer.top_entropy_quantile == 0.5
+
+
+def test_a_lora_run_evaluates_the_merged_policy_and_trains_only_the_adapters(tmp_path):
+    pytest.importorskip("peft")
+    import torch
+
+    from grpo.sweep.backends.trl.model import copy_into
+
+    cfg = cfg_of("actor_config.lora_target_modules=[linear_qkv,linear_fc1]", "megatron_training.train_iters=1",
+                 "engine.eval_every=1", "engine.eval_size=8", "actor_config.lr=1e-2")  # fmt: skip
+    built = build_trainer(cfg, tmp_path, lambda i, m: False, LOG, SamplingParams)
+    trainer, base = built.trainer, built.callback.base
+    before = {k: v.clone() for k, v in copy_into(base.evaluator, trainer.model).state_dict().items()}
+    trainer.train()
+    after = copy_into(base.evaluator, trainer.model).state_dict()
+    changed = {k.split(".")[-2] for k in before if not torch.equal(before[k], after[k])}
+    assert changed == {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}  # the adapted projections, merged
+    assert not any(".base_layer." in n for n, p in trainer.model.named_parameters() if p.requires_grad)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1] and all("eval/acc_greedy" in r for r in rows)

@@ -216,6 +216,9 @@ class TrlBackend(TrialBackend):
                 f"{src}: rl_config.shuffle_mini_batch: false: backend trl always shuffles a generation's responses "
                 f"before splitting them into mini batches; set it true (or mini_batch_size = global_batch_size)"
             )
+        if getattr(cfg, "verl", None):  # backend verl's own settings (the config's verl: section)
+            problems.append(f"{src}: verl: backend verl's own settings; backend trl refuses them (trl.args takes "
+                            "TRL's GRPOConfig fields)")  # fmt: skip
         if lora.settings(cfg) is not None and not lora.peft_installed():
             problems.append(f"{src}: megatron_training.lora_target_modules: LoRA needs peft ({lora.INSTALL})")
         return problems
