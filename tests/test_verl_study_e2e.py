@@ -42,7 +42,9 @@ def test_a_verl_study_runs_each_trial_as_its_own_ray_job(dashboard_cluster, tmp_
                    "megatron_training.global_batch_size=8", "rl_config.mini_batch_size=8",
                    "rl_config.n_samples_per_prompt=4", "actor_config.micro_batch_size=32", "rl_config.epochs=1",
                    "actor_config.lr_warmup_fraction=0.0"],
-        search={"actor_config.lr": "choice(1e-6, 1e-5)"}, sampler={"name": "grid", "seed": 0},
+        search={"actor_config.lr": "choice(1e-6, 1e-5)",  # and a verl-native key, searched by its verl path
+                "verl.actor_rollout_ref.rollout.enforce_eager": "choice(true)"},
+        sampler={"name": "grid", "seed": 0},
         objective={"metric": "grpo/score/mean", "direction": "maximize", "reduce": "last"},
     )  # fmt: skip
     env = _driver_env(dashboard_cluster)
@@ -61,3 +63,6 @@ def test_a_verl_study_runs_each_trial_as_its_own_ray_job(dashboard_cluster, tmp_
     assert lr_1e6.value > next(t for t in complete if t.params["actor_config.lr"] == 1e-5).value  # the stand-in's curve
     logs = sorted(tmp_path.glob("studies/v/trials/*/runs/seed0/train.log"))
     assert len(logs) == 2 and all("# grpo-sweep: ray job grpo-" in p.read_text() for p in logs)
+    # the native key travelled in the trial's config to its job's command line
+    assert all(t.params["verl.actor_rollout_ref.rollout.enforce_eager"] is True for t in complete)
+    assert all("actor_rollout_ref.rollout.enforce_eager=true" in p.read_text() for p in logs)
