@@ -216,7 +216,7 @@ class _Driver:
                     self._abandon_waiting()
                 self.sched.shutdown()
                 if self.progress is not None and self.outage is None:
-                    self.progress.update(self.snapshot())
+                    self.progress.update(_snapshot(self))
         if self.outage is not None:
             raise self.outage
         if self.io_error is not None:
@@ -431,45 +431,47 @@ class _Driver:
             self._reap()
             self.last_reap = now
         if self.progress is not None and self.progress.due():
-            self.progress.update(self.snapshot())
+            self.progress.update(_snapshot(self))
 
     def _reap(self) -> None:
         lease.reap(self.store, self.me, self.spec.retries)
         self.view.changed()
 
-    def snapshot(self) -> ProgressSnapshot:
-        trials = self.view.all()
-        now = time.time()
-        running = []
-        for number, live in sorted(self.live.items()):
-            step = live.common_step()
-            value = live.objective_so_far(self.objectives, 0, step) if step else None
-            running.append(
-                RunningTrial(
-                    number, live.params, len(live.plan.jobs), step, value, live.confirmation_of,
-                    iterations=live.plan.train_iters, elapsed_s=max(0.0, now - live.started_wall),
-                )
-            )  # fmt: skip
-        best = best_trial(self.study) if not self.spec.multi_objective else None
-        counted = [t for t in trials if counts_toward_budget(t)]
-        done: dict[str, int] = {}
-        for t in counted:
-            done[t.state.name.lower()] = done.get(t.state.name.lower(), 0) + 1
-        finished = counted + [t for t in trials if is_confirmation(t) and t.state == optuna.trial.TrialState.COMPLETE]
-        walls = [float(w) for t in finished if isinstance(w := t.user_attrs.get(WALL_S), (int, float))]
-        to_start = 0 if self.asker.exhausted else max(0, self.budget.left())
-        to_start += len(self.waiting)  # asked, waiting for room
-        if self.spec.confirm is not None:
-            started = self.recorder.stage_started or any(is_confirmation(t) for t in trials)
-            waiting = sum(1 for t in self.view.waiting() if is_confirmation(t))
-            to_start += waiting if started else self.spec.confirm.top_k
-        return ProgressSnapshot(
-            len(counted),
-            running,
-            (best.number, best.values[0]) if best is not None else None,
-            total=self.spec.trials,
-            done=done,
-            mean_wall_s=statistics.fmean(walls) if walls else None,
-            to_start=to_start,
-            concurrency=self.spec.concurrency,
-        )
+
+def _snapshot(self: _Driver) -> ProgressSnapshot:
+    """The live view's rows: running trials, counts by state, the best so far, what is left to start."""
+    trials = self.view.all()
+    now = time.time()
+    running = []
+    for number, live in sorted(self.live.items()):
+        step = live.common_step()
+        value = live.objective_so_far(self.objectives, 0, step) if step else None
+        running.append(
+            RunningTrial(
+                number, live.params, len(live.plan.jobs), step, value, live.confirmation_of,
+                iterations=live.plan.train_iters, elapsed_s=max(0.0, now - live.started_wall),
+            )
+        )  # fmt: skip
+    best = best_trial(self.study) if not self.spec.multi_objective else None
+    counted = [t for t in trials if counts_toward_budget(t)]
+    done: dict[str, int] = {}
+    for t in counted:
+        done[t.state.name.lower()] = done.get(t.state.name.lower(), 0) + 1
+    finished = counted + [t for t in trials if is_confirmation(t) and t.state == optuna.trial.TrialState.COMPLETE]
+    walls = [float(w) for t in finished if isinstance(w := t.user_attrs.get(WALL_S), (int, float))]
+    to_start = 0 if self.asker.exhausted else max(0, self.budget.left())
+    to_start += len(self.waiting)  # asked, waiting for room
+    if self.spec.confirm is not None:
+        started = self.recorder.stage_started or any(is_confirmation(t) for t in trials)
+        waiting = sum(1 for t in self.view.waiting() if is_confirmation(t))
+        to_start += waiting if started else self.spec.confirm.top_k
+    return ProgressSnapshot(
+        len(counted),
+        running,
+        (best.number, best.values[0]) if best is not None else None,
+        total=self.spec.trials,
+        done=done,
+        mean_wall_s=statistics.fmean(walls) if walls else None,
+        to_start=to_start,
+        concurrency=self.spec.concurrency,
+    )
