@@ -219,3 +219,10 @@ def test_verl_scores_with_the_trials_verifiers(tmp_path):
     right = fn("grpo_sweep", "<think>x</think><answer>\\boxed{85}</answer>", "85", {})
     wrong = fn("grpo_sweep", "<think>x</think><answer>\\boxed{84}</answer>", "85", {})
     assert right["score"] > wrong["score"] and right["acc"] == 1.0
+
+
+def test_dynamic_sampling_on_a_metric_no_verifier_reports_is_refused():
+    dapo = ["rl_config.filter_groups_enable=true", "rl_config.filter_groups_metric=step",
+            "+rl_config.filter_groups_train_batch_size=32", "+rl_config.filter_groups_max_batches=0"]  # fmt: skip
+    (line,) = VerlBackend().check(load_config(TINY, dapo))
+    assert "rl_config.filter_groups_metric: 'step' is not one of verifier_function" in line

@@ -179,10 +179,15 @@ REFUSED: dict[str, str] = {
 def dynamic_sampling_problems(cfg: GRPOConfig, source: str) -> list[str]:
     """DAPO's keys that verl 0.9.1's v1 trainer cannot carry out (see APPLIED): a generation-batch limit, and a
     generation batch other than the trained one."""
+    from grpo.engine.variants import problems as engine_problems
+
     rl = cfg.rl_config
     if not getattr(rl, "filter_groups_enable", False):
         return []
-    out = []
+    # the engine's own checks of these keys (a metric that is none of the verifiers: verl would fail mid-run on a
+    # group missing it), then what verl's v1 trainer cannot do
+    prefix = f"{cfg._source}: rl_config.filter_groups"
+    out = [line for line in engine_problems(cfg) if line.startswith(prefix)]
     most = getattr(rl, "filter_groups_max_batches", 0)
     if isinstance(most, int) and most > 0:
         out.append(
