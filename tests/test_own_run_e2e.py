@@ -103,6 +103,7 @@ def test_a_trl_trial_scores_with_the_users_functions_unchanged(tmp_path, monkeyp
     trained = [m for i, m in reported if i > 0]
     assert len(trained) == 2
     assert all(m["const_reward_rewards/mean"] == 0.25 and m["compute_score_rewards/mean"] == 0.5 for m in trained)
+    assert all(m["compute_score/calls"] == 1.0 for m in trained)  # a dict's other keys, named as on the engine
     assert all(m["eval/prompts"] == HELD_OUT for m in trained)
 
 
