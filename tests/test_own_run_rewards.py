@@ -153,7 +153,8 @@ def test_verl_loads_the_generated_module_with_its_own_loader_and_scores_both_for
         ground_truth=record["reward_model"]["ground_truth"],
         extra_info=record["extra_info"],
     )
-    assert out["acc"] == 1.0 and out["const_reward"] == 0.25 and out["compute_score"] == 1.0
+    assert out["acc_rewards"] == 1.0 and out["const_reward_rewards"] == 0.25 and out["compute_score_rewards"] == 1.0
+    assert out["acc"] == 1.0  # correct (is_correct): verl's held-out acc, the engine's eval/acc
     assert out["score"] == pytest.approx(2.25) and "compute_score/length" in out
 
 

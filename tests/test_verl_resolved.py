@@ -198,7 +198,8 @@ def test_dynamic_sampling_is_verls_filter_groups(tmp_path):
             "+rl_config.filter_groups_train_batch_size=32", "+rl_config.filter_groups_max_batches=0"]  # fmt: skip
     composed, _ = _resolved(load_config(TINY, dapo), tmp_path / "run")
     groups = _dataclass(composed.algorithm).filter_groups
-    assert (groups.enable, groups.metric, composed.data.train_batch_size) == (True, "acc", 32)
+    # the acc verifier's score, as the generated compute_score names it (its "acc" is eval's fraction correct)
+    assert (groups.enable, groups.metric, composed.data.train_batch_size) == (True, "acc_rewards", 32)
 
     limited = load_config(TINY, [*dapo[:3], "+rl_config.filter_groups_max_batches=3"])
     (line,) = VerlBackend().check(limited)
@@ -210,7 +211,8 @@ def test_dynamic_sampling_is_verls_filter_groups(tmp_path):
 
 def test_verl_scores_with_the_trials_verifiers(tmp_path):
     """reward.custom_reward_function names the generated module; verl's own loader (get_custom_reward_fn) loads it
-    and the function scores a response with the trial's verifiers."""
+    and the function scores a response with the trial's verifiers. Its ``acc`` (verl's held-out val-core metric) is
+    the engine's eval/acc, the fraction correct, not the acc verifier's score (negative when wrong)."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     cfg = load_config(TINY, ["rl_config.verifier_function=[acc]", "rl_config.verifier_weight=[1.0]"])
@@ -218,7 +220,10 @@ def test_verl_scores_with_the_trials_verifiers(tmp_path):
     fn = get_custom_reward_fn(composed)
     right = fn("grpo_sweep", "<think>x</think><answer>\\boxed{85}</answer>", "85", {})
     wrong = fn("grpo_sweep", "<think>x</think><answer>\\boxed{84}</answer>", "85", {})
-    assert right["score"] > wrong["score"] and right["acc"] == 1.0
+    assert right["score"] > wrong["score"]
+    assert (right["acc"], wrong["acc"], right["acc_rewards"]) == (1.0, 0.0, 1.0) and wrong["acc_rewards"] < 0
+    held_out = {"val-core/grpo_sweep/acc/mean@4": (1.0 + 0.0) / 2}  # two responses: one right, one wrong
+    assert project_metrics(held_out, {"grpo_sweep": 1})["eval/acc"] == 0.5
 
 
 def test_dynamic_sampling_on_a_metric_no_verifier_reports_is_refused():

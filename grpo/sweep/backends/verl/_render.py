@@ -157,9 +157,16 @@ def _dynamic_sampling(cfg: GRPOConfig) -> dict[str, Any]:
         return {}
     return {  # long-tail keys (getattr): typed by the manifest, not by RLConfig
         "algorithm.filter_groups.enable": True,
-        "algorithm.filter_groups.metric": str(getattr(rl, "filter_groups_metric", None)),
+        "algorithm.filter_groups.metric": metric_key(str(getattr(rl, "filter_groups_metric", None))),
         "data.train_batch_size": int(getattr(rl, "filter_groups_train_batch_size", 0)),
     }
+
+
+def metric_key(name: str) -> str:
+    """A verifier's (user function's) key in the generated compute_score's result (verl's reward_extra_info,
+    which ``algorithm.filter_groups.metric`` names): ``<name>_rewards``; a user function's other keys
+    (``<name>/<key>``) as they are."""
+    return name if "/" in name else f"{name}_rewards"
 
 
 def nodes(cfg: GRPOConfig, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:

@@ -9,6 +9,12 @@ logging a dict's keys beside ``score``. The generated module calls ``score_one``
 verl too: it gets the row's prompt and dataset columns, which ``grpo.engine.datasets.write_verl_parquet`` keeps
 in ``extra_info``.
 
+The keys it returns beside ``score``: ``acc``, whether the response is correct (``is_correct``, 1 or 0): verl
+reports a held-out ``acc`` as ``val-core/<source>/acc/mean@N``, the engine's ``eval/acc`` (fraction correct;
+the ``acc`` verifier scores a wrong answer below 0); and each verifier's or user function's score as
+``<name>_rewards`` (the project's metric name, ``<name>_rewards/mean``), which ``algorithm.filter_groups.metric``
+names for dynamic sampling (``metric_key``); a user function's other keys as it named them.
+
     settings = reward_settings(cfg, run_dir)   # {"reward.custom_reward_function.path": ..., ".name": ...}
 """
 
@@ -22,7 +28,8 @@ from typing import Any
 from grpo._fs import atomic_write_text
 from grpo.config import GRPOConfig
 from grpo.engine.datasets import VERL_COLUMNS
-from grpo.engine.rewards import score
+from grpo.engine.rewards import is_correct, score
+from grpo.sweep.backends.verl._render import metric_key
 
 MODULE = "grpo_reward.py"  # in the run dir
 FUNCTION = "compute_score"
@@ -66,6 +73,6 @@ def score_one(
     prompt = columns.pop("prompt", "")
     row = {**columns, "data_source": data_source, "extra_info": info}
     totals, per = score([solution_str], [str(ground_truth)], names, weights, prompts=[prompt], extras=[row])
-    out = {"score": totals[0]}
-    out.update({name: values[0] for name, values in per.items() if not math.isnan(values[0])})
+    out = {"score": totals[0], "acc": float(is_correct(solution_str, str(ground_truth)))}
+    out.update({metric_key(name): values[0] for name, values in per.items() if not math.isnan(values[0])})
     return out
