@@ -96,9 +96,9 @@ def test_enumerations(tiny, override, message):
 
 def test_unknown_verifier_is_an_error_not_skipped():
     lines = problems("grpo_trainer_tiny_cpu", ["rl_config.verifier_function=[acc,bogus]"])
-    assert lines == [f"{TINY}: rl_config.verifier_function[1]: must be one of 'acc', 'base_acc', 'math_17k_acc', "
-                     "'strict_format', 'format', 'step', 'math_verify_reward', 'acc_for_dapo', 'acc_for_ppo' or "
-                     "'retool_reward' (got 'bogus')"]
+    assert lines == [f"{TINY}: rl_config.verifier_function[1]: must be one of acc, base_acc, math_17k_acc, "
+                     "strict_format, format, step, math_verify_reward, acc_for_dapo, acc_for_ppo, retool_reward, or a "
+                     "user function path/to/file.py:function or package.module:function (got 'bogus')"]
 
 
 def test_yaml_syntax_error_names_file_and_line(cfg_dir):
