@@ -32,7 +32,7 @@ def key_name(path: str) -> str:
     ``rl_config.actor_resource.num_npus`` -> ``rl_config.actor_resource``; an override's value is dropped."""
     parts = path.lstrip("+~").split("=", 1)[0].split(".")
     head = parts[0]
-    if head == "verl":  # backend verl's own keys: one table row
+    if head in ("verl", "trl"):  # backend verl's and backend trl's own keys: one table row each
         return head
     if head in MEGATRON_SECTIONS and len(parts) > 1:
         return f"megatron.{parts[1]}"

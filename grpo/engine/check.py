@@ -129,6 +129,8 @@ def check_config(cfg: GRPOConfig) -> list[str]:
         f"{source}: {path}: {why}; the embedded engine does not apply it (backend: mindspeed does)"
         for path, why in refusals(cfg)
     ]
+    if cfg.trl:  # coverage's trl row (own_check): backend trl's own keys
+        problems.append(f"{source}: trl.{next(iter(cfg.trl))}: backend trl's own setting; the embedded engine has none")
     if cfg.verl:  # coverage's verl row (own_check): backend verl's own keys
         first = next(iter(cfg.verl))
         problems.append(f"{source}: verl.{first}: backend verl's own setting; the embedded engine has none")

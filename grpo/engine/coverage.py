@@ -281,6 +281,7 @@ for _key in (
 applied(TOP, "a config-group choice: the keys it sets are classified on their own", "layout", "algorithm")
 applied(TOP, "values switched between iterations (grpo/config/schedule.py: SCHEDULABLE keys only)", "schedule")
 refused(TOP, "backend verl's own settings (verl's config paths): backend verl only", "verl", own_check=True)
+refused(TOP, "backend trl's own settings (trl.args: TRL GRPOConfig fields): backend trl only", "trl", own_check=True)
 no_effect(TOP, "the reference's own Megatron settings: the engine's reference is the actor's starting weights, so "
           "only keys that would change it (load, model) are refused", "ref_config")  # fmt: skip
 no_effect(TOP, "the reward model's Megatron settings: read only with rl_config.reward_resource, which is refused",

@@ -202,6 +202,14 @@ class GRPOConfig(BaseModel):
             "them (docs/backend_verl.md)."
         ),
     )
+    trl: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "backend trl's own settings: trl.args.<field> is a TRL GRPOConfig field (trl.args.loss_type: bnpo), fixed "
+            "or searched like any key; a field a mapped key sets is refused, and every other backend refuses them "
+            "(docs/backend_trl.md)."
+        ),
+    )
     schedule: dict[str, dict[int, Any]] | None = Field(
         None,
         description=(

@@ -198,6 +198,7 @@ def format_params(params: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------- keys
 NATIVE_PREFIX = "verl."  # the config's free-form verl section (backend verl's own keys, by verl's path)
+TRL_PREFIX = "trl.args."  # the config's trl section: TRL GRPOConfig fields (backend trl validates them)
 
 
 def layout_names() -> list[str]:
@@ -221,7 +222,7 @@ def check_key(key: str, layout_value: Any = None) -> str | None:
         if layout_value is not None:
             return _check_layouts([layout_value], key)
         return None
-    if key.startswith(NATIVE_PREFIX) and len(key) > len(NATIVE_PREFIX):
+    if any(key.startswith(p) and len(key) > len(p) for p in (NATIVE_PREFIX, TRL_PREFIX)):
         return None  # verl's own config path: backend verl validates it by composing verl's config
     keys = known_keys()
     if key in keys or any("*" in k and _matches(key, k) for k in keys):

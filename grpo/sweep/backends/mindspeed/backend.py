@@ -108,6 +108,8 @@ class MindSpeedBackend(TrialBackend):
                 f"{src}: rl_config.verifier_function: {users[0]} is a user reward function; MindSpeed-RL has no reward "
                 "hook (its rule_verifier.py table only), so use backend embedded, trl or verl"
             )
+        if cfg.trl:  # backend trl's own settings
+            problems.append(f"{src}: trl.{next(iter(cfg.trl))}: backend trl's own setting; MindSpeed-RL has none")
         if cfg.verl:  # backend verl's own settings
             problems.append(f"{src}: verl.{next(iter(cfg.verl))}: backend verl's own setting; MindSpeed-RL has none")
         for key in ("eval_data_path", "data_fields"):  # MindSpeed-RL reads its own preprocessed data_path only

@@ -42,7 +42,8 @@ from grpo.engine.prompt import build_prompt
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.trl import coverage
-from grpo.sweep.backends.trl.keys import RENDERED, grpo_config_kwargs
+from grpo.sweep.backends.trl.folder import folder_problems
+from grpo.sweep.backends.trl.keys import NATIVE_VALUES, RENDERED, grpo_config_kwargs
 from grpo.sweep.spec.models import TrlSpec
 
 
@@ -178,14 +179,32 @@ class TrlBackend(TrialBackend):
         except UserError as err:
             problems.append(str(err))
         problems += self.semantics_problems(cfg) + self.schedule_problems(cfg) + self.launcher_problems(cfg)
+        problems += folder_problems(cfg)  # a model folder not Qwen2: transformers must load it as it is
         problems += self.native_problems(cfg) if not problems else []  # TRL checks the rendered fields too
         return problems + self.branch_problems(cfg) * bool(cfg.engine.exit_interval)
+
+    def native(self, cfg: GRPOConfig) -> dict[str, Any]:
+        """TRL GRPOConfig fields beyond the rendered ones: the spec's ``trl.args`` and the config's ``trl.args.*``
+        (fixed as overrides or searched; they travel in the trial's config, so they export and show in reports)."""
+        return {**self.settings.args, **((cfg.trl or {}).get("args") or {})}
 
     def native_problems(self, cfg: GRPOConfig) -> list[str]:
         """``trl.args``: a field the render sets is refused naming the key that sets it; the others are checked by
         constructing TRL's own ``GRPOConfig`` with the rendered fields (an unknown field, a bad value: one line)."""
-        native = self.settings.args
-        owned = [f for f in native if f in RENDERED]
+        own = cfg.trl or {}
+        other = [k for k in own if k != "args"]
+        if other or not isinstance(own.get("args", {}), dict):
+            return [f"{cfg._source}: trl.{(other or ['args'])[0]}: backend trl's own settings are trl.args.<field> "
+                    "(a TRL GRPOConfig field)"]  # fmt: skip
+        twice = sorted(set(self.settings.args) & set(own.get("args") or {}))
+        if twice:
+            return [f"{self.source}: trl.args.{twice[0]}: fixed in the spec's trl.args and set in the config "
+                    "(an override or the search); set it in one place"]  # fmt: skip
+        native = self.native(cfg)
+        owned = [f for f in native if f in RENDERED and native[f] not in NATIVE_VALUES.get(f, ())]
+        if "loss_type" in native and not owned and cfg.engine.loss_agg_mode is not None:
+            return [f"{self.source}: trl.args.loss_type: {native['loss_type']} replaces engine.loss_agg_mode "
+                    f"({cfg.engine.loss_agg_mode}); set only one"]  # fmt: skip
         if owned:
             return [f"{self.source}: trl.args.{f}: set from {RENDERED[f]} by backend trl; set that key instead"
                     for f in owned]  # fmt: skip
@@ -216,9 +235,6 @@ class TrlBackend(TrialBackend):
                 f"{src}: rl_config.shuffle_mini_batch: false: backend trl always shuffles a generation's responses "
                 f"before splitting them into mini batches; set it true (or mini_batch_size = global_batch_size)"
             )
-        if getattr(cfg, "verl", None):  # backend verl's own settings (the config's verl: section)
-            problems.append(f"{src}: verl: backend verl's own settings; backend trl refuses them (trl.args takes "
-                            "TRL's GRPOConfig fields)")  # fmt: skip
         if lora.settings(cfg) is not None and not lora.peft_installed():
             problems.append(f"{src}: megatron_training.lora_target_modules: LoRA needs peft ({lora.INSTALL})")
         return problems
@@ -235,7 +251,11 @@ class TrlBackend(TrialBackend):
         return []
 
     def check_search(self, keys: list[str], source: str) -> list[str]:
-        return coverage.KEYS.searched_problems(keys, source)
+        fields = [(k, k.removeprefix("trl.args.")) for k in keys if k.startswith("trl.args.")]
+        owned = [(k, f) for k, f in fields if f in RENDERED and f not in NATIVE_VALUES]  # values: check()
+        return coverage.KEYS.searched_problems(keys, source) + [
+            f"{source}: search.{k}: set from {RENDERED[f]} by backend trl; search that key instead" for k, f in owned
+        ]
 
     def branch_problems(self, cfg: GRPOConfig) -> list[str]:
         """A pbt branch resumes from its parent's checkpoint-N with the parent's scheduler state, so only a
@@ -300,7 +320,7 @@ class TrlBackend(TrialBackend):
         previous = torch.get_num_threads()
         torch.set_num_threads(max(1, int(cfg.engine.num_threads)))
         try:
-            native = native if native is not None else self.settings.args
+            native = native if native is not None else self.native(cfg)
             return self._train(cfg, run_dir, report, log, SamplingParams, should_stop, processes, native)
         except UserError as err:
             raise TrialFailed(f"bad trial config: {err}", tail_lines(run_dir / "train.log")) from None
@@ -378,7 +398,7 @@ def build_trainer(
         [{**e.extra, "prompt": build_prompt(base.tokenizer, e), "label": e.label} for e in base.train_set]
     )  # the dataset's other columns reach user reward functions by name, as in TRL (issue 41)
     funcs: list[Any] = list(reward_functions(cfg)[0])  # weights: GRPOConfig's reward_weights (render)
-    args = trl.GRPOConfig(**kwargs, **(native or {}))
+    args = trl.GRPOConfig(**{**kwargs, **(native or {})})
     if args.world_size != processes:  # the batch plan divides by the processes the backend was told
         raise TrialFailed(f"backend trl: {args.world_size} training processes, the batch plan is for {processes}")
     rl = cfg.rl_config

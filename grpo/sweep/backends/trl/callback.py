@@ -22,7 +22,8 @@ import transformers
 from grpo._fs import CHECKPOINT_TRACKER, atomic_write_text
 from grpo.engine.rollout import SamplingParams
 from grpo.sweep.backends._base import ReportFn
-from grpo.sweep.backends.trl.model import Base, copy_into
+from grpo.sweep.backends.trl.hf_policy import evaluate
+from grpo.sweep.backends.trl.model import Base
 
 # TRL's logged name (trl/trainer/grpo_trainer.py's _metrics, Trainer's loss/grad_norm/learning_rate) -> ours
 NAMES: dict[str, str] = {
@@ -92,10 +93,7 @@ class SweepCallback(transformers.TrainerCallback):
         self.iteration = 0
 
     def evaluate(self, iteration: int, model: Any) -> dict[str, float]:
-        policy = copy_into(self.base.evaluator, model)
-        return self.base.held_out.evaluate(
-            policy, self.sampling, iteration, 4, self.scoring, self.run_dir / "samples.jsonl"
-        )
+        return evaluate(self.base, model, self.sampling, iteration, 4, self.scoring, self.run_dir / "samples.jsonl")
 
     def _emit(self, iteration: int, metrics: dict[str, float], control: Any) -> None:
         with open(self.run_dir / "metrics.jsonl", "a") as fh:

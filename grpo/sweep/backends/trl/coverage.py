@@ -91,6 +91,8 @@ APPLIED: dict[str, str] = {
     f"{E}.policy_loss": "vanilla, or gspo as TRL's recipe: importance_sampling_level sequence with loss_type grpo "
     "(loss_agg_mode seq-mean-token-mean, else refused)",
     f"{E}.advantage_estimator": "scale_rewards: group (group_norm) or none (group_norm_no_std, Dr. GRPO)",
+    "trl": "TRL's own GRPOConfig fields (trl.args.<field>: fixed, or searched as search: trl.args.<field>), beside "
+    "the spec's trl.args; validated by constructing TRL's GRPOConfig; a field a mapped key sets is refused naming it",
 }
 ARCH_SOURCE = "the Qwen2 is built from it as the embedded engine builds it, then saved as the HF folder TRL loads"
 NO_EFFECT: dict[str, str] = {
@@ -181,6 +183,7 @@ PROBES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     f"{M}.weight_decay": ((), ("actor_config.weight_decay=0.5",)),
     f"{M}.init_method_std": (WARM, ("megatron_training.init_method_std=0.2",)),
     f"{E}.advantage_estimator": ((), ("engine.advantage_estimator=group_norm_no_std",)),
+    "trl": ((), ("trl.args.top_entropy_quantile=0.2",)),  # a TRL-native field, as a search sets it
     f"{E}.eval_every": (EVAL, ("engine.eval_every=1",)),
     f"{E}.eval_size": (EVAL, ("engine.eval_size=4",)),
     f"{E}.exit_interval": (TWO, ("engine.exit_interval=1",)),

@@ -70,6 +70,9 @@ def grpo_config_kwargs(cfg: Any) -> dict[str, Any]:
     return out
 
 
+# Rendered fields trl.args may still set, to the values no mapped key expresses (TRL's losses beyond verl's modes).
+NATIVE_VALUES: dict[str, tuple[str, ...]] = {"loss_type": ("bnpo", "cispo", "sapo", "luspo", "vespo")}
+
 # Every GRPOConfig field backend.render sets -> the grpo-sweep key that sets it ("the backend": set for every
 # trial by the backend itself). ``trl.args`` may not set one of them (the mapped key is the one to set).
 RENDERED: dict[str, str] = {

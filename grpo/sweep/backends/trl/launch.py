@@ -102,7 +102,7 @@ def run_accelerate(
     job.write_text(json.dumps({
         "config": cfg.to_dict(), "run_dir": str(run_dir), "stop_file": str(stop_file),
         "result_file": str(result_file), "watch_pid": os.getpid(), "num_processes": settings.num_processes,
-        "trl_args": settings.args,
+        "trl_args": settings.args,  # the config's trl.args travel in "config"
     }))  # fmt: skip
     cmd = accelerate_command(settings, cfg, job)
     env = {k: v for k, v in os.environ.items() if k not in RAY_INTERNAL_ENV}

@@ -1,7 +1,8 @@
 """What a TRL trial trains on, built the way the embedded engine builds it: the same warm-started tiny Qwen2
 (saved as a Hugging Face folder TRL loads as ``transformers.Qwen2ForCausalLM``), the same character tokenizer
 (as a ``PreTrainedTokenizerFast``), the same training prompts and held-out prompts, and the project's verifiers
-as TRL reward functions.
+as TRL reward functions. A model folder of another architecture (``actor_config.load``: Llama, Mistral, ...; the
+engine builds Qwen2 only) is loaded by transformers as it is and evaluated as itself (folder.py, hf_policy.py).
 
     base = build_base(cfg, run_dir, log)     # base.folder, base.tokenizer, base.train_set, base.held_out
     funcs, weights = reward_functions(cfg)   # GRPOTrainer(reward_funcs=funcs), GRPOConfig(reward_weights=weights)
@@ -27,26 +28,41 @@ from grpo.engine.model import ModelArgs, Qwen2
 from grpo.engine.tokenizer import Tokenizer
 from grpo.engine.warm_start import default_cache_dir, warm_started_policy
 from grpo.errors import UserError
+from grpo.sweep.backends.trl.folder import engine_builds, load_causal_lm
 
 BASE_FOLDER = "hf_base"  # in the run dir: the starting weights and tokenizer, as a HF folder
+START_FILE = "start_folder.txt"  # in the save dir: the HF folder a run started from (its retries' reference)
 
 
 @dataclass
 class Base:
-    folder: Path  # HF folder: config.json, model.safetensors, tokenizer.json (TRL's model and reference)
+    folder: Path  # HF folder: config.json and weights (TRL's model and reference)
+    tokenizer_folder: Path  # the run's tokenizer.json (TRL's processing_class): run_dir / BASE_FOLDER
     tokenizer: Tokenizer
     train_set: list[Example]
     held_out: HeldOut
-    evaluator: Qwen2  # an engine model the held-out evaluation copies TRL's weights into
+    evaluator: Qwen2 | None  # an engine model the held-out evaluation copies TRL's weights into; None: not Qwen2
 
 
 def build_base(cfg: GRPOConfig, run_dir: Path, log: logging.Logger) -> Base:
-    """The starting policy as a HF folder in ``run_dir`` and the prompts, as the embedded engine has them."""
+    """The starting policy as a HF folder (in ``run_dir``, or the user's folder of another architecture than
+    Qwen2) and the prompts, as the embedded engine has them."""
     eng, mt = cfg.engine, cfg.megatron_training
     tok = build.tokenizer_for(cfg)
     train_set, eval_set, prompt_ids, _ = build.prompts(cfg, tok, run_dir, log)
-    args = ModelArgs.from_model_config(cfg.model_arch)
+    folder = run_dir / BASE_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    held_out = HeldOut(eval_set, prompt_ids, tok, torch.device("cpu"), eng.task_seed)
     load = start_weights(cfg)
+    if load is not None:  # a retry or branch finds it in the save dir: its reference is these weights too
+        save_dir = Path(str(cfg.actor_config.save or run_dir / "ckpt")).expanduser()
+        save_dir.mkdir(parents=True, exist_ok=True)
+        (save_dir / START_FILE).write_text(str(load.resolve()))
+    if not engine_builds(load):  # transformers loads it as it is (load_hf); validate checked it loads
+        tok.save(folder)
+        log.info(f"model: {load} as transformers loads it (not a Qwen2: the held-out evaluation runs on it)")
+        return Base(Path(str(load)), folder, tok, train_set, held_out, None)
+    args = ModelArgs.from_model_config(cfg.model_arch)
     if load is not None:  # a user's HF starting point, or the newest checkpoint-N of a save dir (finetune)
         policy = Qwen2(args)
         load_weights(policy, load)
@@ -57,23 +73,25 @@ def build_base(cfg: GRPOConfig, run_dir: Path, log: logging.Logger) -> Base:
             args, tok, get_task(eng.task), eng.task_seed, eng.warm_start_steps, mt.init_method_std,
             default_cache_dir(eng.cache_dir), log=log.info,
         )  # fmt: skip
-    folder = run_dir / BASE_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
     save_weights(policy, folder, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id)
     tok.save(folder)
-    device = torch.device("cpu")
-    held_out = HeldOut(eval_set, prompt_ids, tok, device, eng.task_seed)
-    return Base(folder, tok, train_set, held_out, policy)
+    return Base(folder, folder, tok, train_set, held_out, policy)
 
 
 def start_weights(cfg: GRPOConfig) -> Path | None:
     """The HF folder a run's weights start from: ``actor_config.load`` when it is one, or, for a save dir (the
     driver's tracker beside TRL's ``checkpoint-N`` folders) with ``finetune``, its newest checkpoint's weights.
-    None: the warm start (also the reference of a retry or branch, which resumes from its save dir:
-    ``backend.resume_folder``)."""
+    A retry or branch (a save dir, no ``finetune``) resumes from its save dir (``backend.resume_folder``) on the
+    weights its run started from: the folder named in the save dir's ``START_FILE``, else the warm start (None).
+    """
     load = Path(str(cfg.actor_config.load)).expanduser() if cfg.actor_config.load else None
     if load is None or is_hf_folder(load):
         return load
+    if not cfg.actor_config.finetune and (load / START_FILE).is_file():
+        start = Path((load / START_FILE).read_text().strip())
+        if not is_hf_folder(start):
+            raise UserError(f"{cfg._source}: actor_config.load: {load} started from {start}, which is gone")
+        return start
     if not cfg.actor_config.finetune or checkpoint_iteration(load) is None:
         return None
     steps = [int(p.name.split("-")[1]) for p in load.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
@@ -83,13 +101,17 @@ def start_weights(cfg: GRPOConfig) -> Path | None:
 
 
 def load_hf(base: Base) -> tuple[Any, Any]:
-    """(Qwen2ForCausalLM, PreTrainedTokenizerFast) from the base folder; prompts left-padded, as TRL samples."""
+    """(Qwen2ForCausalLM or the folder's own causal LM, PreTrainedTokenizerFast) from the base folders; prompts
+    left-padded, as TRL samples."""
     import transformers
 
-    model = transformers.Qwen2ForCausalLM.from_pretrained(base.folder, dtype=torch.float32)
+    if base.evaluator is None:
+        model = load_causal_lm(base.folder, "actor_config.load")
+    else:
+        model = transformers.Qwen2ForCausalLM.from_pretrained(base.folder, dtype=torch.float32)
     model.generation_config.eos_token_id = base.tokenizer.stop_ids  # every stop token ends a response
     model.generation_config.pad_token_id = base.tokenizer.pad_id
-    fast = transformers.PreTrainedTokenizerFast.from_pretrained(str(base.folder))
+    fast = transformers.PreTrainedTokenizerFast.from_pretrained(str(base.tokenizer_folder))
     fast.padding_side = "left"
     return model, fast
 

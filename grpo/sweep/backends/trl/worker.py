@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         processes = int(job.get("num_processes", 1))  # the batch plan divides by them (backend.batch_plan)
-        native = dict(job.get("trl_args") or {})  # the spec's trl.args
+        native = {**(job.get("trl_args") or {}), **((cfg.trl or {}).get("args") or {})}  # spec's, config's trl.args
         summary = TrlBackend().run_here(cfg, run_dir, lambda i, m: should_stop(), should_stop, processes, native)
         out: dict = {"summary": summary}
         code = 0
