@@ -69,6 +69,8 @@ def test_a_bad_native_value_or_field_is_one_line(tmp_path):
     assert "trl.args.loss_type: set from engine.loss_agg_mode (or rl_config.token_level_loss)" in mapped
     (both,) = backend.check(load_config(TINY, [*FIXED, "trl.args.loss_type=bnpo", "engine.loss_agg_mode=token-mean"]))
     assert "trl.args.loss_type: bnpo replaces engine.loss_agg_mode (token-mean); set only one" in both
+    (level,) = backend.check(load_config(TINY, [*FIXED, "trl.args.loss_type=bnpo", "rl_config.token_level_loss=true"]))
+    assert "trl.args.loss_type: bnpo replaces rl_config.token_level_loss (True); set only one" in level
     (shape,) = backend.check(load_config(TINY, [*FIXED, "trl.loss_type=bnpo"]))
     assert "trl.loss_type: backend trl's own settings are trl.args.<field>" in shape
 

@@ -202,9 +202,17 @@ class TrlBackend(TrialBackend):
                     "(an override or the search); set it in one place"]  # fmt: skip
         native = self.native(cfg)
         owned = [f for f in native if f in RENDERED and native[f] not in NATIVE_VALUES.get(f, ())]
-        if "loss_type" in native and not owned and cfg.engine.loss_agg_mode is not None:
-            return [f"{self.source}: trl.args.loss_type: {native['loss_type']} replaces engine.loss_agg_mode "
-                    f"({cfg.engine.loss_agg_mode}); set only one"]  # fmt: skip
+        mapped = (
+            "engine.loss_agg_mode"
+            if cfg.engine.loss_agg_mode is not None
+            else "rl_config.token_level_loss"
+            if "token_level_loss" in cfg.rl_config.model_fields_set
+            else None
+        )
+        if "loss_type" in native and not owned and mapped:  # the mapped key would be silently replaced
+            value = cfg.engine.loss_agg_mode if mapped.startswith("engine") else cfg.rl_config.token_level_loss
+            return [f"{self.source}: trl.args.loss_type: {native['loss_type']} replaces {mapped} ({value}); "
+                    "set only one"]  # fmt: skip
         if owned:
             return [f"{self.source}: trl.args.{f}: set from {RENDERED[f]} by backend trl; set that key instead"
                     for f in owned]  # fmt: skip
