@@ -51,7 +51,8 @@ APPLIED: dict[str, str] = {
     "with power 1 to min_lr > 0), cosine (cosine_with_min_lr to min_lr > 0)",
     f"{M}.lr_warmup_fraction": "warmup_steps = round(fraction * optimizer steps), as the engine; transformers "
     "ramps from 0 (step s: lr * s / warmup; the engine lr * (s + 1) / warmup)",
-    f"{M}.min_lr": "lr_scheduler_kwargs: min_lr (cosine_with_min_lr) or lr_end (polynomial, linear)",
+    f"{M}.min_lr": "lr_scheduler_kwargs: min_lr (cosine_with_min_lr) or lr_end (polynomial, linear); transformers "
+    "reaches it after the last step, the engine at it",
     f"{M}.no_shuffle": "shuffle_dataset = not no_shuffle",
     **{
         f"{M}.{k}": "peft_config: peft's LoraConfig (r, lora_alpha, the target modules mapped to the Qwen2 "
@@ -90,7 +91,8 @@ APPLIED: dict[str, str] = {
     "the token sum over max_completion_length, the engine's constant max_tokens)",
     f"{E}.policy_loss": "vanilla, or gspo as TRL's recipe: importance_sampling_level sequence with loss_type grpo "
     "(loss_agg_mode seq-mean-token-mean, else refused)",
-    f"{E}.advantage_estimator": "scale_rewards: group (group_norm) or none (group_norm_no_std, Dr. GRPO)",
+    f"{E}.advantage_estimator": "scale_rewards: group (group_norm; TRL divides by std + 1e-4, the engine by std "
+    "+ 1e-6) or none (group_norm_no_std, Dr. GRPO)",
     "trl": "TRL's own GRPOConfig fields (trl.args.<field>: fixed, or searched as search: trl.args.<field>), beside "
     "the spec's trl.args; validated by constructing TRL's GRPOConfig; a field a mapped key sets is refused naming it",
 }
