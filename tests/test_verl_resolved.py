@@ -231,3 +231,27 @@ def test_dynamic_sampling_on_a_metric_no_verifier_reports_is_refused():
             "+rl_config.filter_groups_train_batch_size=32", "+rl_config.filter_groups_max_batches=0"]  # fmt: skip
     (line,) = VerlBackend().check(load_config(TINY, dapo))
     assert "rl_config.filter_groups_metric: 'step' is not one of verifier_function" in line
+
+
+def test_the_lr_schedule_is_verls_cosine_to_min_lr_after_warmup(tmp_path):
+    """actor_config.min_lr / lr_warmup_fraction / lr_decay_style through verl's FSDPOptimizerConfig and the
+    schedule verl's FSDP engine builds from it (_build_lr_scheduler: warmup steps = ratio x total steps)."""
+    from verl.utils.torch_functional import get_cosine_schedule_with_warmup
+
+    cfg = load_config(TINY, ["actor_config.lr=1e-5", "actor_config.min_lr=1e-6", "actor_config.lr_decay_style=cosine",
+                             "actor_config.lr_warmup_fraction=0.1", "megatron_training.train_iters=100"])  # fmt: skip
+    composed, _ = _resolved(cfg, tmp_path / "run")
+    optim = _dataclass(composed.actor_rollout_ref.actor.optim)
+    assert (optim.lr_scheduler_type, optim.lr_warmup_steps_ratio) == ("cosine", 0.1)
+    assert optim.min_lr_ratio == pytest.approx(0.1)
+    total = composed.trainer.total_training_steps  # verl sets optim.total_training_steps from it at runtime
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=optim.lr)
+    schedule = get_cosine_schedule_with_warmup(opt, int(optim.lr_warmup_steps_ratio * total), total,
+                                               min_lr_ratio=optim.min_lr_ratio, num_cycles=optim.num_cycles)  # fmt: skip
+    lrs = []
+    for _ in range(total):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        schedule.step()
+    assert lrs[0] == 0.0 and max(lrs) == pytest.approx(1e-5) and lrs.index(max(lrs)) == 10
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-6)  # min_lr at the end of the decay
