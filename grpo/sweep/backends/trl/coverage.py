@@ -28,7 +28,8 @@ APPLIED: dict[str, str] = {
     f"{RL}.token_level_loss": "loss_type dapo (token mean) or grpo (sequence mean)",
     f"{RL}.mini_batch_size": "gradient_accumulation_steps = mini_batch_size * n / (micro_batch_size * processes)",
     f"{RL}.shuffle_mini_batch": "true: TRL shuffles a generation before splitting it into mini batches "
-    "(shuffle_sequence_dict), always; false is refused with several mini batches per generation",
+    "(shuffle_sequence_dict), always, once: each epoch replays the same mini batches (the engine reshuffles per "
+    "epoch); false is refused with several mini batches per generation",
     f"{RL}.entropy_coeff": "entropy_coef (TRL adds the mean per-token entropy of each micro batch whatever the "
     "loss_type; the engine aggregates it with the policy loss, the same for token-mean)",
     f"{RL}.verifier_function": "one TRL reward function per verifier",
