@@ -191,3 +191,13 @@ def test_a_lora_run_evaluates_the_merged_policy_and_trains_only_the_adapters(tmp
     assert not any(".base_layer." in n for n, p in trainer.model.named_parameters() if p.requires_grad)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1] and all("eval/acc_greedy" in r for r in rows)
+
+
+def test_a_batch_the_processes_do_not_divide_is_one_line():
+    from grpo.sweep.backends.trl.backend import TrlBackend
+    from grpo.sweep.spec.models import TrlSpec
+
+    cfg = cfg_of("engine.device=cuda")  # 4 prompts x 4 samples per mini batch: 16 completions
+    assert TrlBackend(TrlSpec(launcher="accelerate", num_processes=2)).check(cfg) == []
+    (problem,) = TrlBackend(TrlSpec(launcher="accelerate", num_processes=3)).check(cfg)
+    assert "rl_config.mini_batch_size: backend trl needs" in problem and "trl.num_processes (3)" in problem
