@@ -97,7 +97,10 @@ APPLIED: dict[str, str] = {
     "trl": "TRL's own GRPOConfig fields (trl.args.<field>: fixed, or searched as search: trl.args.<field>), beside "
     "the spec's trl.args; validated by constructing TRL's GRPOConfig; a field a mapped key sets is refused naming it",
 }
-ARCH_SOURCE = "the Qwen2 is built from it as the embedded engine builds it, then saved as the HF folder TRL loads"
+ARCH_SOURCE = (
+    "the Qwen2 is built from it as the embedded engine builds it, then saved as the HF folder TRL loads; a model "
+    "folder of another architecture (actor_config.load) is its config.json's, loaded by transformers as it is"
+)
 NO_EFFECT: dict[str, str] = {
     **{f"{M}.{k}": "TRL's checkpoint-N always holds optimizer, scheduler and rng state; the driver's resumes set "
        "it false, and a fresh run loads nothing" for k in ("no_load_optim", "no_load_rng", "no_save_optim",
