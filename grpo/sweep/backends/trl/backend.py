@@ -210,7 +210,12 @@ class TrlBackend(TrialBackend):
             else None
         )
         if "loss_type" in native and not owned and mapped:  # the mapped key would be silently replaced
-            value = cfg.engine.loss_agg_mode if mapped.startswith("engine") else cfg.rl_config.token_level_loss
+            # token_level_loss is a long-tail key, typed by the manifest rather than declared on the model
+            value = (
+                cfg.engine.loss_agg_mode
+                if mapped.startswith("engine")
+                else getattr(cfg.rl_config, "token_level_loss", None)
+            )
             return [f"{self.source}: trl.args.loss_type: {native['loss_type']} replaces {mapped} ({value}); "
                     "set only one"]  # fmt: skip
         if owned:
