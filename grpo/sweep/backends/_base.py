@@ -85,6 +85,12 @@ class TrialBackend(abc.ABC):
         """Searched keys this backend would not vary (refused, or no effect on its training): errors (default: none)."""
         return []
 
+    @classmethod
+    def unreported_metric(cls, metric: str) -> str | None:
+        """Why this backend's trials never report ``metric`` (a spec's objective or collapse metric would then never
+        get a value: refused at validate), or None when they do or the backend cannot tell (the default)."""
+        return None
+
     def branch_problems(self, cfg: GRPOConfig) -> list[str]:
         """Why trials of ``cfg`` cannot run as pbt segments (resumed from another trial's checkpoint, stopped at
         ``engine.exit_interval``); [] when they can. Retries already resume from checkpoints, so by default they can."""

@@ -115,6 +115,7 @@ def preflight(
     if own:
         raise UserError(own[0], own)
     searched = backend.check_search(space.keys, spec.source)  # a key the backend would not vary
+    searched += metric_problems(spec, backend)  # a metric its trials never report: no value, no pruning
     if searched:
         raise UserError(searched[0], searched)
     branching = branch_problems(spec, space, backend, base_cfg)
@@ -151,6 +152,20 @@ def preflight(
     warnings += branching.warnings
     lines = warnings + [f"{spec.source}: {line}" for line in inert]
     return Preflight(base_cfg, checked, lines, inert, transferred, notes, configs[1:])
+
+
+def metric_problems(spec: SweepSpec, backend: TrialBackend) -> list[str]:
+    """The spec's objective and collapse metrics the backend says its trials never report, one line each."""
+    named = [("objective", o.metric) for o in spec.objectives]
+    collapse = spec.pruner.collapse
+    if collapse is not None and collapse.below_base is not None:
+        named.append(("pruner.collapse.metric", collapse.metric))
+    out = []
+    for key, metric in named:
+        reason = backend.unreported_metric(metric)
+        if reason:
+            out.append(f"{spec.source}: {key}: {metric}: {reason}")
+    return out
 
 
 @dataclass

@@ -47,7 +47,7 @@ from grpo._fs import checkpoint_iteration, truncate_jsonl_after
 from grpo.config import GRPOConfig
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
-from grpo.sweep.backends.verl import _data, _launch, _native, _render, _resume, _reward, coverage
+from grpo.sweep.backends.verl import _data, _launch, _model, _native, _render, _resume, _reward, coverage, log
 from grpo.sweep.backends.verl.log import VerlLogTail, project_metrics
 
 DIVERGENCE_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy")
@@ -130,6 +130,7 @@ class VerlBackend(TrialBackend):
             problems += _data.problems(cfg)
         except UserError as err:  # the dataset here cannot be read: the same error the trial would meet
             problems.append(str(err))
+        problems += [p for p in [_model.verl_model(cfg).problem] if p]
         problems += _native.native_problems(cfg)
         problems += _native.mapped_problems(self.extra_overrides, self.source, self.spec_path)
         if cfg.engine.exit_interval:
@@ -176,6 +177,10 @@ class VerlBackend(TrialBackend):
             keys, self.extra_overrides, source, self.spec_path
         )
 
+    @classmethod
+    def unreported_metric(cls, metric: str) -> str | None:
+        return log.unreported(metric)
+
     def branch_problems(self, cfg: GRPOConfig) -> list[str]:
         """A pbt segment is a verl run cut at the segment's end (``total_training_steps``), so its lr schedule would
         span the segment, not the run: only a constant lr without warmup is the same; no value changes mid-run."""
@@ -193,13 +198,13 @@ class VerlBackend(TrialBackend):
     def launch_warnings(self, cfg: GRPOConfig) -> list[str]:
         """The model and data paths, seen from this machine (trials may launch on another)."""
         mt, out = cfg.megatron_training, []
-        model = mt.tokenizer_name_or_path
+        model = _model.verl_model(cfg).path
         if not model:
             out.append(
-                f"{cfg._source}: megatron_training.tokenizer_name_or_path: not set; backend verl needs the Hugging "
-                "Face model folder (actor_rollout_ref.model.path)"
+                f"{cfg._source}: megatron_training.tokenizer_name_or_path: not set (nor a Hugging Face folder in "
+                "actor_config.load); backend verl needs the model folder (actor_rollout_ref.model.path)"
             )
-        elif not Path(str(model)).expanduser().is_dir():
+        elif not Path(model).is_dir():
             out.append(f"{cfg._source}: megatron_training.tokenizer_name_or_path: {model}: no such folder here")
         if cfg.engine.task != "dataset":
             return out
@@ -227,8 +232,10 @@ class VerlBackend(TrialBackend):
             f"trainer.project_name={PROJECT}",
             f"trainer.experiment_name={run_dir.name}-{uuid.uuid4().hex[:6]}",
         ]
-        if mt.tokenizer_name_or_path:
-            overrides.append(f"actor_rollout_ref.model.path={Path(str(mt.tokenizer_name_or_path)).expanduser()}")
+        model = _model.verl_model(cfg)  # a Hugging Face folder in actor_config.load, else the tokenizer's
+        if model.problem:
+            raise TrialFailed(model.problem)
+        overrides += model.overrides()
         overrides += [f"data.train_files={data.train}", f"data.val_files={data.val}", f"trainer.total_epochs={epochs}"]
         overrides += _render.as_overrides(_reward.reward_settings(cfg, run_dir))
         if cfg.engine.keep_checkpoints:

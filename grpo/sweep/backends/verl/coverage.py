@@ -89,12 +89,15 @@ APPLIED: dict[str, str] = {
     "generation batch (it refills prompt by prompt), so it must equal filter_groups_train_batch_size",
     f"{M}.micro_batch_size": f"{A}.ppo_micro_batch_size_per_gpu (responses per GPU in both)",
     f"{M}.save": "trainer.default_local_dir (absolute; global_step_N folders)",
-    f"{M}.load": "trainer.resume_from_path=<load>/global_step_N (resume_mode=resume_path), N from "
-    "latest_checkpointed_iteration.txt",
+    f"{M}.load": "a Hugging Face model folder: actor_rollout_ref.model.path (the weights, config and tokenizer "
+    "verl trains); a verl save folder: trainer.resume_from_path=<load>/global_step_N (resume_mode=resume_path), N "
+    "from latest_checkpointed_iteration.txt",
     f"{M}.finetune": "true: never resume from actor_config.load",
     f"{M}.no_load_optim": f"{A}.checkpoint.load_contents without optimizer",
     f"{M}.no_load_rng": f"{A}.checkpoint.load_contents without extra (scheduler and rng)",
-    f"{M}.tokenizer_name_or_path": "actor_rollout_ref.model.path (the Hugging Face folder: weights, tokenizer)",
+    f"{M}.tokenizer_name_or_path": "actor_rollout_ref.model.path (the Hugging Face folder: weights, tokenizer) "
+    "unless actor_config.load is one; beside it, only a folder holding the same tokenizer files "
+    "(actor_rollout_ref.model.tokenizer_path): verl's vLLM rollout reads model.path's own tokenizer",
     f"{M}.data_path": "data.train_files: the trial's training rows (read in any format grpo.engine.datasets "
     "knows), written as verl's parquet in the run folder",
     f"{M}.split": "data.val_files: the split's validation part of data_path, as the embedded engine splits it, "
@@ -138,7 +141,10 @@ NO_EFFECT: dict[str, str] = {
     f"{G}.max_model_len": "verl sizes the rollout from max_prompt_length + max_response_length",
     f"{S}.min_p": "verl's rollout has no min_p; refused unless 0",
 }
-ARCH_REASON = "verl builds the model from actor_rollout_ref.model.path's config.json (tokenizer_name_or_path)"
+ARCH_REASON = (
+    "verl builds the model from actor_rollout_ref.model.path's config.json (actor_config.load's Hugging Face folder, "
+    "else tokenizer_name_or_path)"
+)
 
 # Applied with only some values (check() refuses the others in one line).
 VALUES: dict[str, tuple[object, ...]] = {

@@ -75,6 +75,22 @@ RENAMES = {
     "perf/throughput": "e2e_tps",
 }
 VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<name>acc|reward)/mean@\d+$")
+# The held-out names a trial reports: verl's val-core is acc whenever the reward reports one, and the generated
+# compute_score always does (_reward.score_one), so eval/reward never appears.
+EVAL_REPORTED = ("eval/acc", "eval/prompts")
+
+
+def unreported(metric: str) -> str | None:
+    """Why a verl trial never reports ``metric`` (an ``eval/*`` name ``project_metrics`` cannot produce); None for
+    the rest (verl's own names pass through as logged, so they are not checked here)."""
+    if not metric.startswith("eval/") or metric in EVAL_REPORTED:
+        return None
+    if metric == "eval/acc_greedy":
+        return (
+            "backend verl never reports it: verl runs one validation setting per run (rollout.val_kwargs, sampled "
+            "as the rollout samples), reported as eval/acc; use eval/acc"
+        )
+    return f"backend verl never reports it (its held-out metrics are {', '.join(EVAL_REPORTED)})"
 
 
 def project_metrics(data: dict[str, float], val_sources: dict[str, int] | None = None) -> dict[str, float]:
