@@ -4,6 +4,7 @@ dynamic sampling (``filter_groups_enable``, ``dapo.py``) as many generation batc
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 
@@ -35,6 +36,10 @@ class Drawer:
         device: torch.device,
     ):
         self.cfg, self.v, self.train_set, self.prompt_ids = cfg, v, train_set, prompt_ids
+        rl = cfg.rl_config  # the run's optimizer steps, as trainer.py counts them (a TRL trainer_state's max_steps)
+        self.max_steps = (
+            rl.epochs * math.ceil(v.filter_train_prompts / rl.mini_batch_size) * cfg.megatron_training.train_iters
+        )
         self.policy, self.tokenizer, self.sampling, self.generator, self.device = (
             policy,
             tokenizer,
@@ -76,6 +81,7 @@ class Drawer:
             texts, labels, list(rl.verifier_function), list(rl.verifier_weight),
             prompts=[e.messages or e.prompt for e in examples for _ in range(n)],
             extras=[e.extra for e in examples for _ in range(n)],
+            completion_ids=batch.response_lists(), progress=(state.optimizer_steps, self.max_steps),
         )  # fmt: skip
         if v.overlong:  # added to the total as MindSpeed-RL does, in float64 before its float32 tensor
             penalty = dapo.overlong_penalty(

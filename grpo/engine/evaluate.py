@@ -61,7 +61,8 @@ class HeldOut:
             gen.manual_seed(self.task_seed + 1)  # the same draws for every seed and trial
             tok = self.tokenizer
             batch = generate(policy, prompts, n, params, tok.stop_ids, tok.pad_id, tok.vocab_size, gen)
-            texts = tok.decode_batch(batch.response_lists())
+            ids = batch.response_lists()
+            texts = tok.decode_batch(ids)
             labels = [e.label for e in self.examples for _ in range(n)]
             correct = [rewards.is_correct(text, label) for text, label in zip(texts, labels, strict=True)]
             out[name] = sum(correct) / len(texts)
@@ -72,6 +73,7 @@ class HeldOut:
             scores, _ = rewards.score(
                 [texts[r] for r in rows], [labels[r] for r in rows], *scoring,
                 prompts=[e.messages or e.prompt for e in shown_rows], extras=[e.extra for e in shown_rows],
+                completion_ids=[ids[r] for r in rows],
             )  # fmt: skip
             for r, reward in zip(rows, scores, strict=True):
                 example = self.examples[r // n]

@@ -5,12 +5,17 @@ An entry ``path/to/file.py:function`` (relative to the spec's folder; the workin
 not tell. Either native form works unchanged:
 
 - ``trl``: TRL's batched ``reward_funcs`` call (``trl/trainer/grpo_trainer.py``'s ``_calculate_rewards``):
-  keyword arguments ``prompts``, ``completions``, ``completion_ids`` (where the backend has them),
-  ``trainer_state``, ``log_extra``, ``log_metric`` and every dataset column as a list; returns one value per
-  completion. A conversational prompt (chat messages) gets its completion as ``[{"role": "assistant", ...}]``,
-  as TRL gives it.
+  keyword arguments ``prompts`` (each record's prompt as given: text, or chat messages for a conversational
+  record), ``completions`` (text; for a conversational record ``[{"role": "assistant", "content": ...}]``, as
+  TRL's ``_generate`` shapes it), ``completion_ids`` (each response's token ids up to and including its stop
+  token; None where the caller has none: backend verl, validate), ``trainer_state``, ``log_extra``,
+  ``log_metric`` and every dataset column but ``prompt`` and ``completion`` as a list, plus ``label`` (the label
+  the project read) where the dataset has no ``label`` column; returns one value per completion.
 - ``verl``: verl's per-sample ``compute_score(data_source, solution_str, ground_truth, extra_info=None)``
-  (``verl/experimental/reward_loop/reward_manager/naive.py`` calls it with those keywords).
+  (``verl/experimental/reward_loop/reward_manager/naive.py`` calls it with those keywords): ``data_source`` and
+  ``extra_info`` are the row's, ``ground_truth`` its ``reward_model.ground_truth`` as stored (else the label
+  read), and ``extra_info`` gets ``num_turns`` (2) and ``rollout_reward_scores`` ({}) as verl's single-turn
+  rollout adds them.
 
 A value is a number, ``None`` (not applicable: left out of that sample's weighted sum, as TRL does with NaN) or a
 dict with ``"score"`` whose other numeric keys become metrics ``<name>/<key>``; ``async def`` functions are awaited
@@ -41,6 +46,10 @@ Form = Literal["trl", "verl"]
 FORMS: tuple[Form, ...] = ("trl", "verl")
 DEFAULT_DATA_SOURCE = "grpo_sweep"  # the data_source of rows that have none (grpo.engine.datasets writes it too)
 VERL_PARAMS = ("data_source", "solution_str", "ground_truth", "extra_info")
+_NOT_COLUMNS = ("prompt", "completion", "completion_ids")  # dataset columns TRL does not pass by their name
+# What verl's naive reward manager adds to every row's extra_info in a single-turn run (num_turns: the agent
+# loop's user and assistant turns, single_turn_agent_loop.py; no rollout-side reward scores).
+VERL_ADDED_INFO: dict[str, Any] = {"num_turns": 2, "rollout_reward_scores": {}}
 
 
 def is_user_ref(name: str) -> bool:
@@ -170,7 +179,8 @@ class UserReward:
         **context: Any,
     ) -> tuple[list[float | None], dict[str, list[float]]]:
         """One value per completion (None: not applicable) and the dict returns' other numeric keys as metrics
-        ``<name>/<key>`` (NaN where a sample gave none). ``prompts`` are text or chat messages; ``context`` is
+        ``<name>/<key>`` (NaN where a sample gave none). ``prompts`` are each record's prompt as given (text or
+        chat messages), ``completions`` the decoded texts, ``extras`` each record's other columns; ``context`` is
         what TRL passes beside the columns (``trainer_state``, ``log_extra``, ``log_metric``)."""
         n = len(completions)
         if self.form == "trl":
@@ -194,19 +204,19 @@ class UserReward:
         completion_ids: Sequence[Sequence[int]] | None,
         context: Mapping[str, Any],
     ) -> dict[str, Any]:
-        shown = [
-            [{"role": "assistant", "content": c}] if isinstance(p, (list, tuple)) else c
-            for p, c in zip(prompts, completions, strict=True)
-        ]  # a conversational prompt's completion is a message list in TRL
+        given = [[dict(m) for m in p] if isinstance(p, (list, tuple)) else p for p in prompts]  # copies: user code
+        # TRL shapes the batch's completions by its first prompt (is_conversational): messages for chat prompts
+        chat = bool(given) and isinstance(given[0], list)
+        shown = [[{"role": "assistant", "content": c}] if chat else c for c in completions]
         columns: list[str] = list(dict.fromkeys(k for e in extras for k in e))
-        kwargs: dict[str, Any] = {k: [e.get(k) for e in extras] for k in columns if k not in ("prompt", "completion")}
+        kwargs: dict[str, Any] = {k: [e.get(k) for e in extras] for k in columns if k not in _NOT_COLUMNS}
         kwargs.setdefault("label", list(labels))
-        kwargs.update(prompts=[list(p) if isinstance(p, tuple) else p for p in prompts], completions=shown)
-        if completion_ids is not None:
-            kwargs["completion_ids"] = [list(c) for c in completion_ids]
-        kwargs.setdefault("trainer_state", context.get("trainer_state"))
-        kwargs.setdefault("log_extra", context.get("log_extra", _ignore))
-        kwargs.setdefault("log_metric", context.get("log_metric", _ignore))
+        kwargs.update(prompts=given, completions=shown)
+        # TRL always passes completion_ids; None where the caller has no token ids (verl's per-response call, validate)
+        kwargs["completion_ids"] = None if completion_ids is None else [list(c) for c in completion_ids]
+        kwargs["trainer_state"] = context.get("trainer_state")  # set after the columns, as TRL sets them
+        kwargs["log_extra"] = context.get("log_extra", _ignore)
+        kwargs["log_metric"] = context.get("log_metric", _ignore)
         return kwargs
 
     def _verl_values(
@@ -216,8 +226,8 @@ class UserReward:
             {
                 "data_source": e.get("data_source", DEFAULT_DATA_SOURCE),
                 "solution_str": c,
-                "ground_truth": label,
-                "extra_info": dict(e["extra_info"]) if isinstance(e.get("extra_info"), Mapping) else {},
+                "ground_truth": _ground_truth(e, label),
+                "extra_info": _extra_info(e),
             }
             for c, label, e in zip(completions, labels, extras, strict=True)
         ]
@@ -236,12 +246,37 @@ class UserReward:
             raise self._fail(_raised(err, self.fn)) from err
 
 
+def _ground_truth(row: Mapping[str, Any], label: str) -> Any:
+    """A verl row's ``reward_model.ground_truth`` as stored (a list or number stays one, as verl passes it), else
+    the label the project read."""
+    model = row.get("reward_model")
+    if isinstance(model, Mapping) and model.get("ground_truth") is not None:
+        return model["ground_truth"]
+    return label
+
+
+def _extra_info(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's ``extra_info`` (a copy) with what verl's reward manager adds to it, unless the row has it (on
+    backend verl, verl's own values)."""
+    info = dict(row["extra_info"]) if isinstance(row.get("extra_info"), Mapping) else {}
+    return {**VERL_ADDED_INFO, **info}
+
+
+def trainer_state(global_step: int, max_steps: int) -> Any:
+    """A ``transformers.TrainerState`` at ``global_step`` of ``max_steps`` optimizer steps: the ``trainer_state``
+    TRL passes, for a reward shaped by training progress on a backend that has no TRL trainer (embedded)."""
+    from transformers import TrainerState
+
+    return TrainerState(global_step=global_step, max_steps=max_steps)
+
+
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
 def _ignore(*_: Any, **__: Any) -> None:
-    """TRL's ``log_extra`` / ``log_metric`` where the backend has no completions table (embedded)."""
+    """TRL's ``log_extra`` / ``log_metric`` where the backend has no completions table (embedded): accepted and
+    dropped (the function's own dict keys are the way to report a metric there)."""
 
 
 def load_user_reward(

@@ -12,7 +12,7 @@ from typing import Any
 
 from grpo.engine.rewards import _sympy
 from grpo.engine.rewards._registry import VERIFIERS, Verifier, optional_verifier, verifier
-from grpo.engine.rewards.custom import cached_user_reward, is_user_ref
+from grpo.engine.rewards.custom import cached_user_reward, is_user_ref, trainer_state
 from grpo.engine.rewards.dapo import _minerva_normal
 from grpo.engine.rewards.math_eval import Symbolic, extract_math_answer, math_equal
 from grpo.engine.rewards.mathruler import boxed_content, grade_answer
@@ -124,14 +124,17 @@ def score(
     *,
     prompts: Sequence[Any] | None = None,
     extras: Sequence[Mapping[str, Any]] | None = None,
+    completion_ids: Sequence[Sequence[int]] | None = None,
+    progress: tuple[int, int] | None = None,
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Total reward per response and each verifier's scores (MindSpeed-RL's ``verifier``). Every verifier's
     sympy questions for the whole batch go to the child together (``_sympy.batched``).
 
     A name may be a user reward (``file.py:function``, ``custom.py``): it is called once for the batch with
-    ``prompts`` (text or chat messages) and ``extras`` (each row's dataset columns); its scores are under its
-    function's name, NaN where it returned None (left out of that response's total), and a dict's other numeric
-    keys under ``<name>/<key>``."""
+    ``prompts`` (each record's prompt as given: text or chat messages), ``extras`` (each row's dataset columns),
+    ``completion_ids`` (the responses' token ids) and, from ``progress`` (optimizer steps done, steps in the run),
+    a TRL ``trainer_state``; its scores are under its function's name, NaN where it returned None (left out of
+    that response's total), and a dict's other numeric keys under ``<name>/<key>``."""
     unknown = [n for n in names if n not in VERIFIERS and not is_user_ref(n)]
     if unknown:  # the schema rejects these first; never skip a verifier silently
         raise ValueError(f"unknown verifier_function {unknown}; known: {sorted(VERIFIERS)}")
@@ -156,6 +159,8 @@ def score(
                 texts,
                 labels,
                 extras if extras is not None else [{} for _ in texts],
+                completion_ids,
+                **({"trainer_state": trainer_state(*progress)} if progress and reward.form == "trl" else {}),
             )
             scores = [math.nan if v is None else v for v in values]
             per[reward.name] = scores

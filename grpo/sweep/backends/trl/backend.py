@@ -38,7 +38,6 @@ from typing import Any
 from grpo._fs import checkpoint_iteration, tail_lines, truncate_jsonl_after
 from grpo.config import GRPOConfig, schedule
 from grpo.engine import lora
-from grpo.engine.prompt import build_prompt
 from grpo.errors import UserError
 from grpo.sweep.backends._base import RayOptions, ReportFn, TrialBackend, TrialFailed
 from grpo.sweep.backends.trl import coverage
@@ -389,7 +388,7 @@ def build_trainer(
     import trl
 
     from grpo.sweep.backends.trl.callback import SweepCallback
-    from grpo.sweep.backends.trl.model import build_base, load_hf, peft_config, reward_functions
+    from grpo.sweep.backends.trl.model import build_base, dataset_rows, load_hf, peft_config, reward_functions
 
     save_dir = Path(str(cfg.actor_config.save or run_dir / "ckpt")).expanduser()
     kwargs, steps = render(cfg, save_dir, processes)
@@ -407,9 +406,7 @@ def build_trainer(
     kwargs["max_completion_length"] = min(
         kwargs["max_completion_length"], cfg.generate_config.max_model_len - max_prompt
     )  # the engine's max_tokens (grpo/engine/trainer.py), so dr_grpo divides by the same constant
-    dataset = datasets.Dataset.from_list(
-        [{**e.extra, "prompt": build_prompt(base.tokenizer, e), "label": e.label} for e in base.train_set]
-    )  # the dataset's other columns reach user reward functions by name, as in TRL (issue 41)
+    dataset = datasets.Dataset.from_list(dataset_rows(base))  # the record's columns reach user rewards (issue 41)
     funcs: list[Any] = list(reward_functions(cfg)[0])  # weights: GRPOConfig's reward_weights (render)
     args = trl.GRPOConfig(**{**kwargs, **(native or {})})
     if args.world_size != processes:  # the batch plan divides by the processes the backend was told

@@ -10,6 +10,7 @@ engine builds Qwen2 only) is loaded by transformers as it is and evaluated as it
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from grpo.engine.data import Example, get_task
 from grpo.engine.evaluate import HeldOut
 from grpo.engine.hf_checkpoint import is_hf_folder, load_weights, save_weights
 from grpo.engine.model import ModelArgs, Qwen2
+from grpo.engine.prompt import build_prompt
 from grpo.engine.tokenizer import Tokenizer
 from grpo.engine.warm_start import default_cache_dir, warm_started_policy
 from grpo.errors import UserError
@@ -32,6 +34,8 @@ from grpo.sweep.backends.trl.folder import engine_builds, load_causal_lm
 
 BASE_FOLDER = "hf_base"  # in the run dir: the starting weights and tokenizer, as a HF folder
 START_FILE = "start_folder.txt"  # in the save dir: the HF folder a run started from (its retries' reference)
+# TRL dataset columns of the project's own (dataset_rows); never passed to a user's function
+PROMPT_COLUMN, LABEL_COLUMN = "_grpo_prompt_as_given", "_grpo_label"
 
 
 @dataclass
@@ -151,13 +155,32 @@ def peft_config(cfg: GRPOConfig) -> Any:
     )  # fmt: skip
 
 
+def dataset_rows(base: Base) -> list[dict[str, Any]]:
+    """The rows of TRL's ``train_dataset``: ``prompt`` the text the engine tokenizes (its chat template applied as
+    on the embedded engine, so TRL samples from the same tokens), every other column of the record as it is (TRL
+    passes them to reward functions by name), and two columns of the project's own: the record's prompt as given
+    (text or chat messages, JSON: a user's TRL function gets it as ``prompts``, as TRL would) and the label read."""
+    return [
+        {
+            **e.extra,
+            "prompt": build_prompt(base.tokenizer, e),
+            PROMPT_COLUMN: json.dumps(list(e.messages) if e.messages else e.prompt),
+            LABEL_COLUMN: e.label,
+        }
+        for e in base.train_set
+    ]
+
+
 def reward_functions(cfg: GRPOConfig) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
     """One TRL reward function per ``rl_config.verifier_function`` (named ``verifier_<name>``, TRL's metric name
     ``rewards/verifier_<name>/mean``) and their ``verifier_weight``s as GRPOConfig's ``reward_weights``.
 
-    Each goes through ``rewards.score`` as on the embedded engine: a user function (``file.py:fn``, named by its
-    own name) gets TRL's own keyword arguments (the dataset's columns, ``completion_ids``, ``trainer_state``,
-    ``log_extra``, ``log_metric``); a dict's other keys are logged with ``log_metric`` as ``<name>/<key>``."""
+    Each goes through ``rewards.score`` / ``UserReward.score`` as on the embedded engine: a user function
+    (``file.py:fn``, named by its own name) gets what TRL would give it on the user's own dataset: ``prompts`` as
+    the records give them (not the rendered text TRL sampled from; ``dataset_rows``), ``completions`` shaped by
+    them (chat messages for a conversational prompt), TRL's ``completion_ids``, ``trainer_state``, ``log_extra``
+    and ``log_metric``, and the dataset's columns; a dict's other keys are logged with ``log_metric`` as
+    ``<name>/<key>``."""
     rl = cfg.rl_config
     names, weights = [str(v) for v in rl.verifier_function], [float(w) for w in rl.verifier_weight]
     funcs: list[Callable[..., list[float | None]]] = []
@@ -168,14 +191,15 @@ def reward_functions(cfg: GRPOConfig) -> tuple[list[Callable[..., list[float | N
             prompts: list[Any], completions: list[Any], _name: str = name, _user: Any = user, **columns: Any
         ) -> list[float | None]:
             texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]  # conversational: messages
+            labels = [str(x) for x in columns.pop(LABEL_COLUMN)]
+            given = [json.loads(p) for p in columns.pop(PROMPT_COLUMN)]
             if _user is None:
-                scores, _ = rewards.score(texts, [str(x) for x in columns["label"]], [_name], [1.0])
+                scores, _ = rewards.score(texts, labels, [_name], [1.0])
                 return list[float | None](scores)
             context = {k: columns.pop(k) for k in ("trainer_state", "log_extra", "log_metric") if k in columns}
             ids = columns.pop("completion_ids", None)
             rows = [{k: v[i] for k, v in columns.items()} for i in range(len(texts))]
-            labels = [str(r.get("label", "")) for r in rows]
-            values, metrics = _user.score(prompts, texts, labels, rows, ids, **context)
+            values, metrics = _user.score(given, texts, labels, rows, ids, **context)
             log_metric = context.get("log_metric")
             for key, per in metrics.items():
                 kept = [v for v in per if v == v]  # NaN: the sample's dict had no such key
