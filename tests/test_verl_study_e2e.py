@@ -5,11 +5,13 @@ each step the job's file logger wrote as the trial's iterations, under the proje
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from optuna.trial import TrialState
 from sweep_helpers import load, write_spec
 from test_sweep_connect import _Cluster, _driver_env, _free_port
@@ -66,3 +68,23 @@ def test_a_verl_study_runs_each_trial_as_its_own_ray_job(dashboard_cluster, tmp_
     # the native key travelled in the trial's config to its job's command line
     assert all(t.params["verl.actor_rollout_ref.rollout.enforce_eager"] is True for t in complete)
     assert all("actor_rollout_ref.rollout.enforce_eager=true" in p.read_text() for p in logs)
+
+    # ... and it shows like any other searched key: in `status` (table and --json) and in `best --export`'s file
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "grpo.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+
+    table = cli("status", str(spec))
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.count("enforce_eager=True") == 2 and table.stdout.count("lr=1e-0") == 2, table.stdout
+    rows = json.loads(cli("status", str(spec), "--json").stdout)["trials"]
+    assert [r["params"]["verl.actor_rollout_ref.rollout.enforce_eager"] for r in rows] == [True, True]
+    best = cli("best", str(spec), "--export", "best.yaml")
+    assert best.returncode == 0, best.stderr
+    assert json.loads(best.stdout)["params"] == {"actor_config.lr": 1e-6,
+                                                 "verl.actor_rollout_ref.rollout.enforce_eager": True}  # fmt: skip
+    text = (tmp_path / "best.yaml").read_text()
+    assert '"verl.actor_rollout_ref.rollout.enforce_eager": true' in text  # the header's params line
+    exported = yaml.safe_load(text)
+    assert exported["verl"]["actor_rollout_ref"]["rollout"]["enforce_eager"] is True
+    assert exported["actor_config"]["lr"] == 1e-6
