@@ -55,7 +55,7 @@ def own(tmp_path_factory) -> Path:
     standard = [{"prompt": q, "solution": s, "difficulty": i} for i, (q, s) in enumerate(QUESTIONS)]
     chat = [
         {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": q}], "solution": s,
-         "difficulty": i}
+         "difficulty": i, **({"hint": "add them"} if i == 1 else {})}  # a column of one record only
         for i, (q, s) in enumerate(QUESTIONS)
     ]  # fmt: skip
     for name, rows in (("standard", standard), ("chat", chat)):
@@ -112,8 +112,10 @@ def test_the_seam_gives_a_trl_function_what_trls_own_trainer_gives_it(own, tmp_p
     assert values == [0.75 if data == "chat" else 0.5] * 4
     assert ours.pop("label") == trl_got["solution"]  # added: the dataset has no label column of its own
     assert ours == trl_got  # prompts as given, completions shaped as TRL shapes them, every column, the context
-    assert set(trl_got) == {"prompts", "completions", "completion_ids", "solution", "difficulty", *CONTEXT}
+    hint = {"hint"} if data == "chat" else set()
+    assert set(trl_got) == {"prompts", "completions", "completion_ids", "solution", "difficulty", *hint, *CONTEXT}
     if data == "chat":
+        assert trl_got["hint"] == [None, None, "add them", "add them"]
         assert trl_got["prompts"][0] == [{"role": "system", "content": "Be brief."},
                                          {"role": "user", "content": QUESTIONS[0][0]}]  # fmt: skip
         assert all(c[0]["role"] == "assistant" and len(c) == 1 for c in trl_got["completions"])
@@ -138,7 +140,8 @@ def test_backend_trl_gives_a_conversational_function_the_records_messages(own, t
     assert len({p[-1]["content"] for p in got["prompts"]}) == 2 and got["prompts"][0] == got["prompts"][1]
     assert got["solution"] == [by_question[p[-1]["content"]]["solution"] for p in got["prompts"]]
     assert got["difficulty"] == [by_question[p[-1]["content"]]["difficulty"] for p in got["prompts"]]
-    assert set(got) == {"prompts", "completions", "completion_ids", "solution", "difficulty", "label", *CONTEXT}
+    assert got["hint"] == [by_question[p[-1]["content"]].get("hint") for p in got["prompts"]]  # None where absent
+    assert set(got) == {"prompts", "completions", "completion_ids", "solution", "difficulty", "hint", "label", *CONTEXT}
     decode = trainer.processing_class.batch_decode(got["completion_ids"], skip_special_tokens=True)
     assert got["completions"] == [[{"role": "assistant", "content": text}] for text in decode]
     assert got["trainer_state"] is trainer.state  # TRL's own transformers.TrainerState

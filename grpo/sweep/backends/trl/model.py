@@ -160,9 +160,10 @@ def dataset_rows(base: Base) -> list[dict[str, Any]]:
     on the embedded engine, so TRL samples from the same tokens), every other column of the record as it is (TRL
     passes them to reward functions by name), and two columns of the project's own: the record's prompt as given
     (text or chat messages, JSON: a user's TRL function gets it as ``prompts``, as TRL would) and the label read."""
+    columns = dict.fromkeys(k for e in base.train_set for k in e.extra)  # from_list keeps only the first row's keys
     return [
         {
-            **e.extra,
+            **{k: e.extra.get(k) for k in columns},
             "prompt": build_prompt(base.tokenizer, e),
             PROMPT_COLUMN: json.dumps(list(e.messages) if e.messages else e.prompt),
             LABEL_COLUMN: e.label,
