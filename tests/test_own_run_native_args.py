@@ -67,11 +67,12 @@ def own(tmp_path_factory) -> Path:
 def _chat_run(own: Path, ref: str) -> list[str]:
     """One iteration on the conversational file: 2 prompts, 2 responses each, scored by ``ref`` alone."""
     return [
-        "engine.task=dataset", f"megatron_training.data_path={own / 'chat.jsonl'}", f"actor_config.load={own / 'model'}",
-        f"rl_config.verifier_function=['{ref}']", "rl_config.verifier_weight=[1]", "megatron_training.split='100,0,0'",
-        "megatron_training.global_batch_size=2", "rl_config.mini_batch_size=2", "rl_config.n_samples_per_prompt=2",
-        "actor_config.micro_batch_size=4", "generate_config.sampling_config.max_tokens=6", "engine.eval_every=null",
-        "rl_config.max_prompt_length=96", "generate_config.max_model_len=128", "engine.device=cpu", "megatron_training.train_iters=1",
+        "engine.task=dataset", f"megatron_training.data_path={own / 'chat.jsonl'}",
+        f"actor_config.load={own / 'model'}", f"rl_config.verifier_function=['{ref}']", "rl_config.verifier_weight=[1]",
+        "megatron_training.split='100,0,0'", "megatron_training.global_batch_size=2", "rl_config.mini_batch_size=2",
+        "rl_config.n_samples_per_prompt=2", "actor_config.micro_batch_size=4", "engine.eval_every=null",
+        "generate_config.sampling_config.max_tokens=6", "rl_config.max_prompt_length=96",
+        "generate_config.max_model_len=128", "engine.device=cpu", "megatron_training.train_iters=1",
     ]  # fmt: skip
 
 
