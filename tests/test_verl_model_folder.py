@@ -88,6 +88,20 @@ def test_a_verl_save_folder_in_load_is_a_resume_on_the_tokenizer_folders_model(f
     assert f"trainer.resume_from_path={save / 'global_step_4'}" in launch.overrides and launch.start == 4
 
 
+def test_a_retry_of_a_load_folder_run_trains_the_same_model(folder, tmp_path):
+    """A retry names its first attempt's save folder in load: verl takes the weights from the checkpoint and the
+    model (config.json, tokenizer) from model.path, which is the folder the attempt started from (recorded)."""
+    first = load_config(TINY, [f"actor_config.load={folder}", f"actor_config.save={tmp_path / 'save'}"])
+    launch = VerlBackend().prepare(first, tmp_path / "run0")  # what run() writes before submitting the job
+    (launch.save_dir / "global_step_2").mkdir()  # the checkpoint verl saved
+    (launch.save_dir / "latest_checkpointed_iteration.txt").write_text("2")
+    retry = load_config(TINY, [f"actor_config.load={launch.save_dir}", "actor_config.finetune=false",
+                               f"actor_config.save={tmp_path / 'save1'}"])  # fmt: skip
+    model, resumed = _model(retry, tmp_path / "run1")
+    assert Path(model.local_path) == folder and model.hf_config.max_position_embeddings == 256
+    assert f"trainer.resume_from_path={launch.save_dir / 'global_step_2'}" in resumed.overrides
+
+
 # ------------------------------------------------------------------ metrics verl never reports
 def _spec(tmp_path, objective: str, pruner: str = "") -> Path:
     path = tmp_path / "v.yaml"

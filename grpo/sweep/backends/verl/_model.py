@@ -5,6 +5,10 @@ run to resume) is the model, as on the other backends and as ``grpo.config.hf_mo
 from it; ``tokenizer_name_or_path`` is the model only when ``load`` names no such folder (or the checkpoint a
 retry resumes, whose weights verl takes from the checkpoint itself).
 
+A retry or pbt branch names its parent's save folder in ``load``: verl takes the weights from the checkpoint but
+still builds the model (config.json, tokenizer) from ``model.path``, so each run records its model in its save
+folder (``MODEL_FILE``, beside ``_resume.OPTIM_FILE``) and a resume trains the model its run started from.
+
 Two different folders: verl 0.9.1's ``HFModelConfig`` has ``tokenizer_path`` (its trainer, dataset and reward
 tokenizer), but its vLLM rollout serves ``model.path`` with that folder's own tokenizer (``vllm serve <path>``,
 no ``--tokenizer``: verl-0.9.1:verl/workers/rollout/vllm_rollout/vllm_async_server.py), so the rollout would stop
@@ -14,13 +18,15 @@ the same tokenizer files as the tokenizer folder; any other pair is refused in o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo._fs import checkpoint_iteration
 from grpo.config import GRPOConfig
 
 MODEL = "actor_rollout_ref.model"
+MODEL_FILE = "grpo_sweep_model.json"  # in the save folder: the model.path / tokenizer_path its run trains
 # The files transformers' AutoTokenizer reads from a folder (the fast and the slow tokenizers' own).
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -65,8 +71,29 @@ def _same_tokenizer(a: Path, b: Path) -> bool:
     return all((a / n).is_file() and (b / n).is_file() and (a / n).read_bytes() == (b / n).read_bytes() for n in files)
 
 
+def record(save_dir: Path, model: VerlModel) -> None:
+    save_dir.mkdir(parents=True, exist_ok=True)
+    (save_dir / MODEL_FILE).write_text(json.dumps({"path": model.path, "tokenizer_path": model.tokenizer_path}))
+
+
+def _recorded(cfg: GRPOConfig) -> VerlModel | None:
+    """The model a resumed run (``load``: a save folder with a checkpoint, not ``finetune``) started from."""
+    load, actor = cfg.actor_config.load, cfg.actor_config
+    folder = Path(str(load)).expanduser() if load else None
+    if folder is None or actor.finetune or checkpoint_iteration(folder) is None:
+        return None
+    try:
+        saved = json.loads((folder / MODEL_FILE).read_text())
+        return VerlModel(**{k: saved.get(k) for k in asdict(VerlModel()) if k != "problem"})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None  # a run saved before the record: the config's tokenizer folder, as then
+
+
 def verl_model(cfg: GRPOConfig) -> VerlModel:
     """The trial's ``model.path`` / ``tokenizer_path`` (see the module docstring)."""
+    recorded = _recorded(cfg)
+    if recorded is not None:
+        return recorded
     tokenizer = cfg.megatron_training.tokenizer_name_or_path
     named = Path(str(tokenizer)).expanduser() if tokenizer else None
     load = hf_load_folder(cfg)

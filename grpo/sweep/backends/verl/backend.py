@@ -65,6 +65,7 @@ class Launch:
     end: int  # the step it must reach: train_iters, or a pbt segment's end
     epochs: int  # trainer.total_epochs
     val_sources: dict[str, int]  # held-out rows per data_source
+    model: _model.VerlModel  # actor_rollout_ref.model.path (tokenizer_path), recorded in save_dir for resumes
 
 
 class VerlBackend(TrialBackend):
@@ -265,14 +266,20 @@ class VerlBackend(TrialBackend):
             overrides.append(f"trainer.total_training_steps={end}")
         overrides += self.extra_overrides
         epochs = int(next(o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("trainer.total_epochs=")))
-        return Launch(overrides, save_dir, start, end, epochs, data.val_sources)  # epochs: the last one wins
+        return Launch(overrides, save_dir, start, end, epochs, data.val_sources, model)  # epochs: the last one wins
+
+    def prepare(self, cfg: GRPOConfig, run_dir: Path) -> Launch:
+        """The job's launch, with what its resumes read beside its checkpoints (lr settings, model) written."""
+        launch = self.launch_overrides(cfg, run_dir)
+        _resume.write_lr_settings(launch.save_dir, cfg.actor_config)
+        _model.record(launch.save_dir, launch.model)
+        return launch
 
     def run(self, cfg: GRPOConfig, trial_dir: Path, report: ReportFn, resume: bool) -> dict[str, Any]:
         run_dir = Path(trial_dir).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
-        launch = self.launch_overrides(cfg, run_dir)
+        launch = self.prepare(cfg, run_dir)
         overrides = launch.overrides
-        _resume.write_lr_settings(launch.save_dir, cfg.actor_config)
         log_path = run_dir / "verl.jsonl"
         metrics_path = run_dir / "metrics.jsonl"
         truncate_jsonl_after(metrics_path, launch.start)
