@@ -27,6 +27,7 @@ branch that explored no learning-rate key, load ``[model, optimizer, extra]`` (w
 scheduler and rng, and verl's ``data.pt`` data position); a branch whose lr settings differ from its parent's
 (``grpo_sweep_optim.json`` beside the checkpoints says what the parent ran with) loads ``[model]`` only: fresh
 AdamW moments at its own lr, since a restored optimizer's param groups and scheduler would put the parent's lr back.
+The model (``model.path``) is the one the parent started from (``grpo_sweep_model.json``, ``_model``).
 
     VerlBackend().run(cfg, Path("studies/s/trials/0/runs/seed0"), report=lambda i, m: False, resume=False)
 """
