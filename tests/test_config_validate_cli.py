@@ -57,7 +57,7 @@ def test_validate_layout_override_changes_the_table(capsys):
       "error: configs/grpo_trainer_tiny_cpu.yaml: generate_config.sampling_config.top_p: must be > 0 (got 0)"]),
     (["validate", "grpo_trainer_tiny_cpu", "--section", "rl_confg"],
      ["error: --section rl_confg: no section 'rl_confg' in the config (available: model, megatron_training, "
-      "actor_config, rl_config, generate_config, engine, layout, algorithm)"]),
+      "actor_config, rl_config, generate_config, engine, layout, algorithm, verl, trl)"]),
 ])
 def test_validate_errors_exit_2_one_line_each(capsys, argv, expected):
     assert sweep_main(argv) == 2

@@ -29,7 +29,6 @@ as the user's own code.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
 import traceback
@@ -162,6 +161,8 @@ class UserReward:
         try:
             out = self.fn(*args, **kwargs)
             if inspect.isawaitable(out):
+                import asyncio  # only for async functions: importing it registers logging's atexit hook
+
                 out = asyncio.run(_awaited(out))
             return out
         except UserCodeError:
@@ -232,6 +233,7 @@ class UserReward:
             for c, label, e in zip(completions, labels, extras, strict=True)
         ]
         if inspect.iscoroutinefunction(self.fn):  # verl awaits each; here the batch at once
+            import asyncio
 
             async def gather() -> list[Any]:
                 return list(await asyncio.gather(*(self.fn(**kw) for kw in calls)))
@@ -240,6 +242,8 @@ class UserReward:
         return [self._call(**kw) for kw in calls]
 
     def _call_batch(self, run: Callable[[], Any]) -> Any:
+        import asyncio
+
         try:
             return asyncio.run(run())
         except Exception as err:
