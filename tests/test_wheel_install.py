@@ -123,5 +123,5 @@ def test_shipped_configs_and_sweeps_resolve_from_an_installed_wheel(installed, t
     )
     nope = by_target["grpo_trainer_nope"]
     assert nope["code"] == 2 and nope["err"].count("\n") == 1
-    assert "(available: grpo_trainer_qwen25_7b_A3, grpo_trainer_tiny_cpu)" in nope["err"]
+    assert "(available: grpo_trainer_gpu, grpo_trainer_qwen25_7b_A3, grpo_trainer_tiny_cpu)" in nope["err"]
     assert sorted(p.name for p in elsewhere.iterdir()) == ["my_sweep.yaml"]  # validate writes nothing
