@@ -69,13 +69,15 @@ def test_refused_keys_are_one_line_naming_key_and_backend():
 
 
 def test_verifiers_are_trl_reward_functions_with_their_weights():
-    from grpo.sweep.backends.trl.model import reward_functions
+    from grpo.sweep.backends.trl.model import LABEL_COLUMN, PROMPT_COLUMN, reward_functions
 
     funcs, weights = reward_functions(cfg_of())
     assert [f.__name__ for f in funcs] == ["verifier_acc", "verifier_strict_format"] and weights == [1.0, 0.1]
     texts, labels = ["<think>x</think><answer>7</answer>", "7"], ["7", "7"]
     _, per = rewards.score(texts, labels, ["acc", "strict_format"], [1.0, 0.1])
-    got = [f(prompts=["p", "p"], completions=texts, label=labels) for f in funcs]
+    # TRL hands a reward function every dataset column by name: here dataset_rows' own two
+    columns = {LABEL_COLUMN: labels, PROMPT_COLUMN: ['"p"', '"p"']}
+    got = [f(prompts=["p", "p"], completions=texts, **columns) for f in funcs]
     assert got == [per["acc"], per["strict_format"]]
 
 
