@@ -298,6 +298,15 @@ def apply_model_folder(data: dict[str, Any], source: str, user_keys: Collection[
     return {**data, "model": {**models, name: {**entry, **derived}}}
 
 
+def config_of(folder: Path) -> Any:
+    """``folder``'s config.json as parsed (any JSON value), None when it is missing or not JSON
+    (``read_model_folder`` says why at validate; the callers of this one only look)."""
+    try:
+        return json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def folder_model_type(load: str | None, tokenizer: str | None) -> tuple[str, Path, str] | None:
     """(config key, config.json, model_type) of the model folder; None without one (or unreadable: validate
     has said why). What an engine that builds one architecture checks before anything loads."""
@@ -305,9 +314,8 @@ def folder_model_type(load: str | None, tokenizer: str | None) -> tuple[str, Pat
     if located is None:
         return None
     folder, key = located
-    try:
-        hf = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    hf = config_of(folder)
+    if hf is None:
         return None
     kind = (
         str(hf.get("model_type") or "/".join(hf.get("architectures") or []) or "unknown")

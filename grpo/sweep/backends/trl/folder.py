@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo.config import GRPOConfig
-from grpo.config.hf_model import folder_model_type, safetensors_header
+from grpo.config.hf_model import config_of, folder_model_type, safetensors_header
 from grpo.engine import lora
 from grpo.engine.check import _unbuilt_architecture
 from grpo.errors import UserError
@@ -30,10 +30,7 @@ ENGINE_TYPE = "qwen2"  # config.json's model_type of the folders the engine's Qw
 
 def model_type(folder: Path) -> str | None:
     """config.json's ``model_type`` (a multimodal folder's language model's), None when unreadable."""
-    try:
-        hf = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    hf = config_of(folder)
     if not isinstance(hf, dict):
         return None
     text = hf.get("text_config")
