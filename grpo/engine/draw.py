@@ -4,7 +4,6 @@ dynamic sampling (``filter_groups_enable``, ``dapo.py``) as many generation batc
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 
@@ -34,12 +33,10 @@ class Drawer:
         sampling: SamplingParams,
         generator: torch.Generator,
         device: torch.device,
+        max_steps: int,
     ):
         self.cfg, self.v, self.train_set, self.prompt_ids = cfg, v, train_set, prompt_ids
-        rl = cfg.rl_config  # the run's optimizer steps, as trainer.py counts them (a TRL trainer_state's max_steps)
-        self.max_steps = (
-            rl.epochs * math.ceil(v.filter_train_prompts / rl.mini_batch_size) * cfg.megatron_training.train_iters
-        )
+        self.max_steps = max_steps  # the run's optimizer steps (a TRL trainer_state's max_steps)
         self.policy, self.tokenizer, self.sampling, self.generator, self.device = (
             policy,
             tokenizer,

@@ -154,6 +154,7 @@ class Run:
             self.sampling,
             self.generator,
             self.device,
+            self.total_steps,
         )
         self.log.info(
             f"policy: {self.policy.num_parameters():,} parameters on {self.device}; "
