@@ -87,6 +87,9 @@ def test_two_job_multirun_on_a_local_ray_cluster(tmp_path, cache):
     proc = grpo_train("--multirun", "hydra/launcher=ray", "rl_config.clip_ratio=0.1,0.3", *FAST,
                       f"engine.cache_dir={cache}", f"hydra.sweep.dir={sweep}",
                       "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
+                      # a cluster of its own: ray.init() alone joins the newest local cluster, which another
+                      # pytest worker's `ray start` may have just written (then num_cpus is refused)
+                      "+hydra.launcher.ray.init.address=local",
                       timeout=420)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
     ratios = set()
